@@ -1,0 +1,339 @@
+"""Kernel generators: graph pieces -> tile-ISA programs.
+
+Shared by every compiler and library: a family's code differs only in the
+tile shapes it asks for (from its SIMD width and matrix instruction shape)
+and in the container its programs are shipped in.
+
+Three kernel shapes cover the foundation:
+
+* **pointwise**: a fused chain of elementwise ops over one iteration space,
+  flattened and cut into blocks of ``block`` elements;
+* **reduction**: a fused chain of elementwise ops and reductions along one
+  axis, one program instance per output row, the whole row in one tile;
+* **gemm**: a tiled matrix multiply (``Dot`` accumulating in fp32, or fp64
+  for fp64 inputs) over a K loop, with an optional fused elementwise epilogue.
+
+Every generator indexes its operands through the same rule: the multi-index
+of the iteration space, broadcast onto each operand's shape (NumPy rules,
+dims aligned right), so bias vectors, row statistics and scalars all load
+correctly without materialising a broadcast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ..sim import isa
+from .errors import CompileError
+from .graph import DType, Node, Value
+
+#: graph op -> ("unary" | "binary", ISA function)
+ELEMENTWISE = {
+    "neg": ("unary", "neg"), "abs": ("unary", "abs"), "exp": ("unary", "exp"),
+    "log": ("unary", "log"), "tanh": ("unary", "tanh"), "sqrt": ("unary", "sqrt"),
+    "rsqrt": ("unary", "rsqrt"), "relu": ("unary", "relu"), "sigmoid": ("unary", "sigmoid"),
+    "add": ("binary", "add"), "sub": ("binary", "sub"), "mul": ("binary", "mul"),
+    "div": ("binary", "div"), "maximum": ("binary", "max"), "minimum": ("binary", "min"),
+    "lt": ("binary", "lt"), "gt": ("binary", "gt"), "eq": ("binary", "eq"),
+}
+REDUCTIONS = {"reduce_sum": "sum", "reduce_max": "max"}
+IDENTITY = {"sum": 0.0, "max": -math.inf}
+
+
+def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class KernelBuilder:
+    """Emits ISA instructions into registers with fresh names."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.params: list[isa.Param] = []
+        self.body: list = []
+        self._regs = itertools.count()
+        self._consts: dict[tuple, str] = {}
+
+    def reg(self) -> str:
+        return f"%r{next(self._regs)}"
+
+    def param(self, name: str, kind: str, dtype: str) -> str:
+        self.params.append(isa.Param(name, kind, dtype))
+        return name
+
+    def emit(self, ins) -> str | None:
+        self.body.append(ins)
+        return getattr(ins, "dst", None)
+
+    def const(self, value, dtype: str) -> str:
+        key = (value, dtype)
+        if key not in self._consts:
+            self._consts[key] = self.emit(isa.Const(self.reg(), value, dtype))
+        return self._consts[key]
+
+    def pid(self, axis: int = 0) -> str:
+        return self.emit(isa.ProgramId(self.reg(), axis))
+
+    def arange(self, n: int) -> str:
+        return self.emit(isa.Arange(self.reg(), n))
+
+    def unary(self, fn: str, x: str) -> str:
+        return self.emit(isa.Unary(self.reg(), fn, x))
+
+    def binary(self, fn: str, a: str, b: str) -> str:
+        return self.emit(isa.Binary(self.reg(), fn, a, b))
+
+    def imul(self, a: str, k: int) -> str:
+        return a if k == 1 else self.binary("mul", a, self.const(k, "int64"))
+
+    def iadd(self, a: str | None, b: str | None) -> str | None:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return self.binary("add", a, b)
+
+    def program(self, **meta) -> isa.Program:
+        return isa.verify(isa.Program(self.name, tuple(self.params), tuple(self.body), dict(meta)))
+
+
+@dataclass
+class Operand:
+    """A materialised tensor a kernel reads or writes (a buffer parameter)."""
+
+    param: str
+    value: Value
+
+
+def _offsets(kb: KernelBuilder, shape: tuple[int, ...], space: tuple[int, ...],
+             index: list[str | None]) -> str:
+    """Element offsets of an operand of ``shape`` broadcast into ``space``."""
+    rank = len(space)
+    aligned = (1,) * (rank - len(shape)) + tuple(shape)
+    st = strides(aligned)
+    off = None
+    for d in range(rank):
+        if aligned[d] == 1 or index[d] is None:
+            continue
+        off = kb.iadd(off, kb.imul(index[d], st[d]))
+    return off if off is not None else kb.const(0, "int64")
+
+
+class Emitter:
+    """Lowers fused graph nodes into a kernel over an iteration space."""
+
+    def __init__(self, kb: KernelBuilder, space: tuple[int, ...], index: list[str | None],
+                 mask: str | None, inputs: dict[int, Operand]):
+        self.kb = kb
+        self.space = space
+        self.index = index
+        self.mask = mask
+        self.inputs = inputs
+        self.regs: dict[int, str] = {}
+
+    def value(self, v: Value) -> str:
+        if id(v) in self.regs:
+            return self.regs[id(v)]
+        operand = self.inputs.get(id(v))
+        if operand is None:
+            raise CompileError(f"kernel {self.kb.name}: value %{v.name} is neither computed here "
+                               "nor passed in", seam="compiler")
+        offs = _offsets(self.kb, v.shape, self.space, self.index)
+        reg = self.kb.emit(isa.Load(self.kb.reg(), operand.param, offs, self.mask))
+        self.regs[id(v)] = reg
+        return reg
+
+    def node(self, node: Node, reduce_axis_tile: int | None = None) -> str:
+        kb = self.kb
+        out = node.outputs[0]
+        if node.op in ELEMENTWISE:
+            kind, fn = ELEMENTWISE[node.op]
+            args = [self.value(v) for v in node.inputs]
+            reg = kb.unary(fn, args[0]) if kind == "unary" else kb.binary(fn, *args)
+        elif node.op == "where":
+            c, a, b = (self.value(v) for v in node.inputs)
+            reg = kb.emit(isa.Where(kb.reg(), c, a, b))
+        elif node.op == "cast":
+            reg = kb.emit(isa.Convert(kb.reg(), self.value(node.inputs[0]), out.dtype.value))
+        elif node.op in REDUCTIONS:
+            fn = REDUCTIONS[node.op]
+            x = self.value(node.inputs[0])
+            if self.mask is not None:
+                ident = kb.const(IDENTITY[fn], node.inputs[0].dtype.value)
+                x = kb.emit(isa.Where(kb.reg(), self.mask, x, ident))
+            reg = kb.emit(isa.Reduce(kb.reg(), fn, x, reduce_axis_tile if reduce_axis_tile is not None else -1))
+        else:
+            raise CompileError(f"no code generator for op {node.op!r}", seam="compiler", op=node.op)
+        self.regs[id(out)] = reg
+        return reg
+
+    def store(self, v: Value, param: str, mask: str | None) -> None:
+        offs = _offsets(self.kb, v.shape, self.space, self.index)
+        self.kb.emit(isa.Store(param, offs, self.value(v), mask))
+
+
+def _bind(kb: KernelBuilder, inputs: list[Value], outputs: list[Value]) -> tuple[dict, dict]:
+    ins, outs = {}, {}
+    for i, v in enumerate(inputs):
+        ins[id(v)] = Operand(kb.param(f"in{i}", "ptr", v.dtype.value), v)
+    for i, v in enumerate(outputs):
+        outs[id(v)] = Operand(kb.param(f"out{i}", "ptr", v.dtype.value), v)
+    return ins, outs
+
+
+def _flat_index(kb: KernelBuilder, flat: str, space: tuple[int, ...]) -> list[str]:
+    index = []
+    for d, (size, st) in enumerate(zip(space, strides(space))):
+        q = flat if st == 1 else kb.binary("floordiv", flat, kb.const(st, "int64"))
+        index.append(q if d == 0 else kb.binary("mod", q, kb.const(size, "int64")))
+    return index
+
+
+def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs: list[Value],
+                     space: tuple[int, ...], block: int, group_size: int):
+    """A fused elementwise kernel; returns (program, grid)."""
+    kb = KernelBuilder(name)
+    ins, outs = _bind(kb, inputs, outputs)
+    n = math.prod(space)
+    block = min(block, next_pow2(n))
+    flat = kb.iadd(kb.imul(kb.pid(0), block), kb.arange(block))
+    mask = kb.binary("lt", flat, kb.const(n, "int64"))
+    em = Emitter(kb, space, _flat_index(kb, flat, space), mask, ins)
+    for node in nodes:
+        em.node(node)
+    for v in outputs:
+        em.store(v, outs[id(v)].param, mask)
+    grid = (math.ceil(n / block), 1, 1)
+    return kb.program(group_size=group_size, kind="pointwise", block=block), grid
+
+
+def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs: list[Value],
+                     space: tuple[int, ...], axis: int, group_size: int):
+    """A fused kernel reducing along ``axis`` of ``space``: one instance per row."""
+    kb = KernelBuilder(name)
+    ins, outs = _bind(kb, inputs, outputs)
+    length = space[axis]
+    width = next_pow2(length)
+    outer = tuple(s for d, s in enumerate(space) if d != axis)
+    rows = math.prod(outer)
+    pid = kb.pid(0)
+    row_index = _flat_index(kb, pid, outer) if outer else []
+    col = kb.arange(width)
+    index = list(row_index)
+    index.insert(axis, col)
+    mask = kb.binary("lt", col, kb.const(length, "int64")) if width != length else None
+    em = Emitter(kb, space, index, mask, ins)
+    for node in nodes:
+        em.node(node, reduce_axis_tile=-1)
+    reduced_index = list(index)
+    reduced_index[axis] = None
+    for v in outputs:
+        full = len(v.shape) == len(space) and v.shape[axis] == length
+        if full:
+            em.store(v, outs[id(v)].param, mask)
+        else:
+            # a reduced value: one element per row, laid out like the row index
+            offs = _offsets(kb, tuple(s for d, s in enumerate(space) if d != axis) or (1,),
+                            outer or (1,), row_index or [None])
+            kb.emit(isa.Store(outs[id(v)].param, offs, em.value(v), None))
+    return kb.program(group_size=group_size, kind="reduction", width=width), (rows, 1, 1)
+
+
+def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | str, batch: int,
+                b_batched: bool, tile: tuple[int, int, int], group_size: int,
+                epilogue: list[Node] | None = None, product: Value | None = None,
+                extra_inputs: list[Value] | None = None, outputs: list[Value] | None = None):
+    """Tiled GEMM ``C[b] = A[b] @ B[b]`` with an optional fused elementwise epilogue.
+
+    ``m``, ``n``, ``k`` are either sizes baked into the kernel (a compiler's
+    specialised kernel) or the names of scalar parameters (a library's
+    shape-generic kernel, launched for any size).  Parameters are ``a``,
+    ``b``, then the epilogue's extra inputs ``in0..``, then ``c`` (or the
+    epilogue outputs ``out0..``), then the size scalars.
+    """
+    bm, bn, bk = tile
+    if isinstance(m, int):
+        bm, bn, bk = min(bm, next_pow2(m)), min(bn, next_pow2(n)), min(bk, next_pow2(k))
+    kb = KernelBuilder(name)
+    dt = dtype.value
+    acc_dt = "float64" if dtype is DType.FLOAT64 else "float32"
+    pa, pb = kb.param("a", "ptr", dt), kb.param("b", "ptr", dt)
+    epilogue = epilogue or []
+    extra = extra_inputs or []
+    ins = {id(v): Operand(kb.param(f"in{i}", "ptr", v.dtype.value), v) for i, v in enumerate(extra)}
+    if epilogue:
+        outs = {id(v): Operand(kb.param(f"out{i}", "ptr", v.dtype.value), v)
+                for i, v in enumerate(outputs)}
+    else:
+        pc = kb.param("c", "ptr", dt)
+
+    def dim(x):
+        if isinstance(x, int):
+            return x, kb.const(x, "int64")
+        kb.param(x, "scalar", "int64")
+        return x, kb.emit(isa.ScalarArg(kb.reg(), x))
+
+    def scale(reg, x, x_reg):
+        return kb.imul(reg, x) if isinstance(x, int) else kb.binary("mul", reg, x_reg)
+
+    (m, m_r), (n, n_r), (k, k_r) = dim(m), dim(n), dim(k)
+    mk = m * k if isinstance(m, int) else kb.binary("mul", m_r, k_r)
+    kn = k * n if isinstance(k, int) else kb.binary("mul", k_r, n_r)
+    mn = m * n if isinstance(m, int) else kb.binary("mul", m_r, n_r)
+
+    pid_n, pid_m, pid_b = kb.pid(0), kb.pid(1), kb.pid(2)
+    rm = kb.emit(isa.Reshape(kb.reg(), kb.iadd(kb.imul(pid_m, bm), kb.arange(bm)), (bm, 1)))
+    rn = kb.emit(isa.Reshape(kb.reg(), kb.iadd(kb.imul(pid_n, bn), kb.arange(bn)), (1, bn)))
+    rk_row = kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (1, bk)))
+    rk_col = kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (bk, 1)))
+    a_base = scale(pid_b, mk, mk)
+    b_base = scale(pid_b, kn, kn) if b_batched else None
+    mask_m = kb.binary("lt", rm, m_r)
+    mask_n = kb.binary("lt", rn, n_r)
+    acc = kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, acc_dt), (bm, bn)))
+    loop_body_start = len(kb.body)
+    kvar = "%k"
+    ka = kb.binary("add", rk_row, kvar)
+    kbv = kb.binary("add", rk_col, kvar)
+    a_off = kb.iadd(a_base, kb.binary("add", scale(rm, k, k_r), ka))
+    a_mask = kb.binary("and", mask_m, kb.binary("lt", ka, k_r))
+    b_off = kb.iadd(b_base, kb.binary("add", scale(kbv, n, n_r), rn))
+    b_mask = kb.binary("and", kb.binary("lt", kbv, k_r), mask_n)
+    ta = kb.emit(isa.Load(kb.reg(), pa, a_off, a_mask))
+    tb = kb.emit(isa.Load(kb.reg(), pb, b_off, b_mask))
+    kb.emit(isa.Dot(acc, ta, tb, acc, acc_dt))
+    body = tuple(kb.body[loop_body_start:])
+    del kb.body[loop_body_start:]
+    # constants first created inside the loop body are hoisted in front of it
+    kb.body.extend(i for i in body if isinstance(i, isa.Const))
+    body = tuple(i for i in body if not isinstance(i, isa.Const))
+    kb.emit(isa.Loop(kvar, 0, k if isinstance(k, int) else k_r, bk, body))
+    result = kb.emit(isa.Convert(kb.reg(), acc, dt))
+    out_mask = kb.binary("and", mask_m, mask_n)
+    if not epilogue:
+        c_off = kb.iadd(scale(pid_b, mn, mn), kb.binary("add", scale(rm, n, n_r), rn))
+        kb.emit(isa.Store(pc, c_off, result, out_mask))
+    else:
+        space = (batch, m, n) if len(product.shape) == 3 else (m, n)
+        index = ([pid_b] if len(space) == 3 else []) + [rm, rn]
+        em = Emitter(kb, space, index, out_mask, ins)
+        em.regs[id(product)] = result
+        for node in epilogue:
+            em.node(node)
+        for v in outputs:
+            em.store(v, outs[id(v)].param, out_mask)
+    meta = dict(group_size=group_size, kind="gemm", tile=[bm, bn, bk])
+    if not isinstance(m, int):
+        return kb.program(**meta), None
+    grid = (math.ceil(n / bn), math.ceil(m / bm), batch)
+    return kb.program(**meta), grid

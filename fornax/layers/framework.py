@@ -1,0 +1,238 @@
+"""The framework seam: how a vendor family presents itself to PyTorch and JAX.
+
+A family's face is data (``vendor.toml`` ``[framework]``): the device type
+frameworks see (``cuda`` for both cuda-like and rocm-like, as ROCm PyTorch
+poses as CUDA; ``xpu`` for xpu-like), version fields, the distributed
+backend name, and an op coverage table saying, per graph op, whether the
+family runs it natively, decomposes it before compiling, or falls back to
+the CPU.  :class:`FrameworkBase` is the shared policy that turns a graph into
+device segments (compiled by the compiler seam, run through runtime and
+library) and counted CPU fallbacks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .compiler import CompiledGraph, Compiler, KernelStep, LibraryStep, Target, decompose
+from .errors import FornaxError, InvalidArgumentError
+from .graph import OPS, Graph, Node, Value
+from .library import Library
+from .runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Face:
+    device_type: str               # what torch.device(...) / jax platform reports
+    module: str                    # torch.cuda / torch.xpu
+    version_field: str             # torch.version.cuda / .hip / .xpu
+    version: str
+    dist_backend: str
+    pjrt_plugin: str
+
+
+@dataclass(frozen=True)
+class Route:
+    op: str
+    kind: str                      # native | decomposed | fallback
+    reason: str
+
+
+@dataclass
+class RunResult:
+    outputs: list[np.ndarray]
+    routes: list[Route]
+    fallbacks: list[dict]
+    plans: list[CompiledGraph] = field(default_factory=list)
+    host_wall_s: float = 0.0
+
+
+@runtime_checkable
+class Framework(Protocol):
+    vendor: str
+    face: Face
+
+    def route(self, op: str) -> Route: ...
+    def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult: ...
+    def report(self) -> dict: ...
+
+
+class FrameworkBase:
+    """Shared framework policy; a vendor subclass sets ``vendor`` and ``facts``."""
+
+    seam = "framework"
+    vendor = "base"
+    facts: dict = {}
+
+    def __init__(self, compiler: Compiler, library: Library, runtime: Runtime, target: Target):
+        f = self.facts["framework"]
+        self.face = Face(f["device_type"], f["module"], f["version_field"], f["version"],
+                         f["dist_backend"], f["pjrt_plugin"])
+        cov = f["coverage"]
+        self.native = frozenset(cov["native"])
+        self.decomposed = frozenset(cov.get("decomposed", ()))
+        self.compiler = compiler
+        self.library = library
+        self.runtime = runtime
+        self.target = target
+        self.counts = {"graphs_run": 0, "ops_captured": 0, "native": 0, "decomposed": 0,
+                       "fallback": 0, "device_segments": 0}
+        self.fallbacks: list[dict] = []
+
+    def route(self, op: str) -> Route:
+        if op in self.decomposed and OPS[op].decompose is not None:
+            return Route(op, "decomposed", f"{self.vendor} decomposes {op} before compiling")
+        if op in self.native:
+            return Route(op, "native", f"{self.vendor} compiles {op} on the device")
+        return Route(op, "fallback", f"no {self.vendor} device kernel for {op}; runs on the CPU")
+
+    # -- running ------------------------------------------------------------------------------
+    def _check_feeds(self, graph: Graph, feeds: dict) -> dict[str, np.ndarray]:
+        out = {}
+        names = {v.name for v in graph.inputs}
+        extra = sorted(set(feeds) - names)
+        if extra:
+            raise InvalidArgumentError(f"unknown input(s) {', '.join(extra)}; graph "
+                                       f"{graph.name!r} takes {', '.join(sorted(names))}",
+                                       seam="framework", vendor=self.vendor)
+        for v in graph.inputs:
+            if v.name not in feeds:
+                raise InvalidArgumentError(f"missing input {v.name!r} ({v.type})", seam="framework",
+                                           vendor=self.vendor)
+            arr = np.asarray(feeds[v.name])
+            if tuple(arr.shape) != v.shape or arr.dtype != v.dtype.numpy:
+                raise InvalidArgumentError(
+                    f"input {v.name!r} must be {v.type}, got {arr.dtype}[{','.join(map(str, arr.shape))}]",
+                    seam="framework", vendor=self.vendor)
+            out[v.name] = np.ascontiguousarray(arr)
+        return out
+
+    def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
+        t0 = time.perf_counter()
+        graph.verify()
+        feeds = self._check_feeds(graph, feeds)
+        routes = [self.route(n.op) for n in graph.nodes]
+        self.counts["graphs_run"] += 1
+        self.counts["ops_captured"] += len(graph.nodes)
+        for r in routes:
+            self.counts[r.kind] += 1
+        env: dict[int, np.ndarray] = {id(v): feeds[v.name] for v in graph.inputs}
+        for v in graph.constants:
+            env[id(v)] = np.ascontiguousarray(v.const)
+        plans, fallbacks = [], []
+        segment: list[Node] = []
+        for node, route in zip(graph.nodes, routes):
+            if route.kind == "fallback":
+                if segment:
+                    plans.append(self._run_segment(graph, segment, env))
+                    segment = []
+                self._run_on_host(node, env)
+                fb = {"op": node.op, "node": node.outputs[0].name, "reason": route.reason}
+                fallbacks.append(fb)
+                self.fallbacks.append(fb)
+            else:
+                segment.append(node)
+        if segment:
+            plans.append(self._run_segment(graph, segment, env))
+        outputs = [env[id(v)] for v in graph.outputs]
+        return RunResult(outputs, routes, fallbacks, plans, time.perf_counter() - t0)
+
+    def _run_on_host(self, node: Node, env: dict) -> None:
+        args = [env[id(v)].astype(np.float64) if v.dtype.is_float else env[id(v)] for v in node.inputs]
+        with np.errstate(all="ignore"):
+            res = OPS[node.op].reference(*args, **node.attrs)
+        out = node.outputs[0]
+        env[id(out)] = np.ascontiguousarray(np.asarray(res).astype(out.dtype.numpy))
+
+    def _segment_graph(self, graph: Graph, nodes: list[Node], env: dict) -> tuple[Graph, list[Value], list[Value]]:
+        produced = {id(n.outputs[0]) for n in nodes}
+        later_uses = set()
+        after = False
+        members = {id(n) for n in nodes}
+        for n in graph.nodes:
+            if id(n) in members:
+                after = True
+                continue
+            if after:
+                later_uses.update(id(v) for v in n.inputs)
+        later_uses.update(id(v) for v in graph.outputs)
+        sub = Graph(f"{graph.name}_seg{self.counts['device_segments']}" if self.counts["device_segments"]
+                    else graph.name)
+        mapping: dict[int, Value] = {}
+        ext: list[Value] = []
+        consts = {id(v) for v in graph.constants}
+        for n in nodes:
+            for v in n.inputs:
+                if id(v) in produced or id(v) in mapping:
+                    continue
+                if id(v) in consts:
+                    mapping[id(v)] = sub.constant(v.const, v.name)
+                else:
+                    mapping[id(v)] = sub.input(v.name, v.shape, v.dtype)
+                    ext.append(v)
+        for n in nodes:
+            mapping[id(n.outputs[0])] = sub.op(n.op, *(mapping[id(v)] for v in n.inputs), **n.attrs)
+        outs = [n.outputs[0] for n in nodes if id(n.outputs[0]) in later_uses]
+        sub.output(*(mapping[id(v)] for v in outs))
+        if self.decomposed:
+            sub = decompose(sub, keep=frozenset(op for op in OPS if op not in self.decomposed))
+        return sub, ext, outs
+
+    def _run_segment(self, graph: Graph, nodes: list[Node], env: dict) -> CompiledGraph:
+        sub, ext, outs = self._segment_graph(graph, nodes, env)
+        self.counts["device_segments"] += 1
+        routines = self.library.ops() if self.library is not None else frozenset()
+        plan = self.compiler.compile(sub, self.target, routines)
+        results = execute_plan(plan, [env[id(v)] for v in ext], self.runtime, self.library)
+        for v, arr in zip(outs, results):
+            env[id(v)] = arr
+        return plan
+
+    def report(self) -> dict:
+        f = self.face
+        return {"vendor": self.vendor, "device_type": f.device_type, "module": f.module,
+                f"version.{f.version_field}": f.version, "dist_backend": f.dist_backend,
+                "pjrt_plugin": f.pjrt_plugin, **self.counts, "fallbacks": list(self.fallbacks)}
+
+
+def execute_plan(plan: CompiledGraph, inputs: list[np.ndarray], runtime: Runtime,
+                 library: Library | None) -> list[np.ndarray]:
+    """Run a compiled launch plan: allocate, upload, launch in order, download, free."""
+    ptrs: dict[int, int] = {}
+    try:
+        for bid, buf in plan.buffers.items():
+            ptrs[bid] = runtime.malloc(buf.nbytes)
+        for bid, arr in zip(plan.inputs, inputs):
+            runtime.memcpy_h2d(ptrs[bid], arr)
+        for bid, buf in plan.buffers.items():
+            if buf.role == "constant":
+                runtime.memcpy_h2d(ptrs[bid], np.ascontiguousarray(buf.data))
+        module = runtime.load_module(plan.binary) if plan.binary is not None else None
+        for step in plan.steps:
+            if isinstance(step, KernelStep):
+                args = {name: ptrs[bid] for name, bid in step.args.items()}
+                runtime.launch(module, step.entry, step.grid, args)
+            elif isinstance(step, LibraryStep):
+                if library is None:
+                    raise FornaxError("the plan calls a library but the stack has none",
+                                      seam="framework", op=step.routine)
+                b = step.buffers
+                library.gemm(ptrs[b["a"]], ptrs[b["b"]], ptrs[b["c"]], step.params)
+        results = []
+        for bid in plan.outputs:
+            buf = plan.buffers[bid]
+            out = np.empty(buf.shape, dtype=buf.dtype.numpy)
+            runtime.memcpy_d2h(out, ptrs[bid], blocking=False)
+            results.append(out)
+        runtime.synchronize()
+        return results
+    finally:
+        for ptr in ptrs.values():
+            try:
+                runtime.free(ptr)
+            except FornaxError:
+                pass

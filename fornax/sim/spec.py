@@ -1,0 +1,162 @@
+"""Chip specs: the hardware model's parameters, loaded from TOML data.
+
+Each shipped spec lives in ``specs/NAME.toml`` and cites where its figures
+came from.  A spec names figures only; it holds no vendor logic.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .faults import SpecError
+
+#: field name -> (type, description).  Every field is required.
+_FIELDS: dict[str, tuple[type, str]] = {
+    "name": (str, "spec name"),
+    "description": (str, "what the spec models"),
+    "compute_units": (int, "SMs / CUs / Xe cores"),
+    "simd_width": (int, "hardware SIMD group width (lanes)"),
+    "clock_ghz": (float, "sustained compute clock"),
+    "hbm_bytes": (int, "device memory capacity in bytes"),
+    "hbm_bandwidth": (float, "device memory bandwidth in bytes/s"),
+    "l2_bytes": (int, "last-level cache size in bytes"),
+    "shared_memory_per_unit": (int, "on-chip shared memory per compute unit in bytes"),
+    "host_link_bandwidth": (float, "host link bandwidth per direction in bytes/s"),
+    "copy_engines": (int, "number of copy (DMA) engines"),
+    "launch_latency_s": (float, "kernel launch latency in seconds"),
+    "copy_latency_s": (float, "fixed cost of one DMA copy in seconds"),
+    "page_size": (int, "MMU page size in bytes"),
+    "max_group_size": (int, "largest work-group / block in lanes"),
+    "max_grid": (list, "largest grid per dimension [x, y, z]"),
+    "matrix_shape": (list, "matrix instruction shape [m, n, k]"),
+    "matrix_efficiency": (float, "fraction of matrix peak a well-tuned kernel reaches"),
+    "memory_efficiency": (float, "fraction of HBM bandwidth a streaming kernel reaches"),
+    "board_power_w": (float, "board power limit in watts"),
+    "matrix_peak": (dict, "dense matrix-unit peak FLOP/s per dtype"),
+    "vector_peak": (dict, "vector-unit peak FLOP/s per dtype"),
+}
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    name: str
+    description: str
+    compute_units: int
+    simd_width: int
+    clock_ghz: float
+    hbm_bytes: int
+    hbm_bandwidth: float
+    l2_bytes: int
+    shared_memory_per_unit: int
+    host_link_bandwidth: float
+    copy_engines: int
+    launch_latency_s: float
+    copy_latency_s: float
+    page_size: int
+    max_group_size: int
+    max_grid: tuple[int, int, int]
+    matrix_shape: tuple[int, int, int]
+    matrix_efficiency: float
+    memory_efficiency: float
+    board_power_w: float
+    matrix_peak: dict[str, float] = field(default_factory=dict)
+    vector_peak: dict[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    def peak(self, dtype: str, matrix: bool) -> float:
+        """Peak FLOP/s for ``dtype`` on the matrix or vector unit (falls back to fp32 vector)."""
+        table = self.matrix_peak if matrix else self.vector_peak
+        if dtype in table:
+            return table[dtype]
+        if matrix and dtype in self.vector_peak:
+            return self.vector_peak[dtype]
+        return self.vector_peak.get("float32", min(self.vector_peak.values()))
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "compute_units": self.compute_units,
+            "simd_width": self.simd_width,
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bandwidth": self.hbm_bandwidth,
+            "matrix_peak_bfloat16": self.matrix_peak.get("bfloat16"),
+            "source": self.source,
+        }
+
+
+def _validate(data: dict, where: str) -> ChipSpec:
+    missing = [k for k in _FIELDS if k not in data]
+    if missing:
+        raise SpecError(
+            f"chip spec {where} is incomplete: missing field(s) {', '.join(missing)} "
+            f"(each spec must define: {', '.join(_FIELDS)})"
+        )
+    unknown = sorted(set(data) - set(_FIELDS) - {"source"})
+    if unknown:
+        raise SpecError(f"chip spec {where} has unknown field(s): {', '.join(unknown)}")
+    values = {}
+    for key, (typ, desc) in _FIELDS.items():
+        value = data[key]
+        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise SpecError(
+                f"chip spec {where}: field {key!r} ({desc}) must be {typ.__name__}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        if typ in (int, float) and value <= 0:
+            raise SpecError(f"chip spec {where}: field {key!r} ({desc}) must be positive, got {value}")
+        values[key] = value
+    for key in ("max_grid", "matrix_shape"):
+        seq = values[key]
+        if len(seq) != 3 or not all(isinstance(v, int) and v > 0 for v in seq):
+            raise SpecError(f"chip spec {where}: field {key!r} must be three positive integers, got {seq!r}")
+        values[key] = tuple(seq)
+    for key in ("matrix_peak", "vector_peak"):
+        table = values[key]
+        for dt, rate in table.items():
+            if not isinstance(rate, (int, float)) or rate <= 0:
+                raise SpecError(f"chip spec {where}: {key}.{dt} must be a positive number, got {rate!r}")
+        values[key] = {dt: float(rate) for dt, rate in table.items()}
+    if "float32" not in values["vector_peak"]:
+        raise SpecError(f"chip spec {where}: vector_peak must define float32")
+    for key in ("matrix_efficiency", "memory_efficiency"):
+        if values[key] > 1:
+            raise SpecError(f"chip spec {where}: {key} is a fraction in (0, 1], got {values[key]}")
+    if values["page_size"] & (values["page_size"] - 1):
+        raise SpecError(f"chip spec {where}: page_size must be a power of two, got {values['page_size']}")
+    return ChipSpec(**values, source=str(data.get("source", "")))
+
+
+def available_specs() -> list[str]:
+    """Names of the specs shipped with fornax."""
+    folder = resources.files(__package__) / "specs"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_spec(name_or_path: str | Path) -> ChipSpec:
+    """Load a shipped spec by name, or a spec file by path."""
+    text: str
+    where: str
+    path = Path(name_or_path)
+    if isinstance(name_or_path, Path) or str(name_or_path).endswith(".toml"):
+        if not path.is_file():
+            raise SpecError(f"chip spec file {path} does not exist")
+        text, where = path.read_text(), str(path)
+    else:
+        name = str(name_or_path)
+        if name not in available_specs():
+            raise SpecError(
+                f"unknown chip spec {name!r}; shipped specs: {', '.join(available_specs())} "
+                "(or give a path to a .toml spec file)"
+            )
+        text = (resources.files(__package__) / "specs" / f"{name}.toml").read_text()
+        where = name
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"chip spec {where} is not valid TOML: {exc}") from None
+    return _validate(data, where)

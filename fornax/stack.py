@@ -1,0 +1,226 @@
+"""Compose a Stack from a config: one implementation per seam, a chip spec, devices.
+
+A config comes from flags (``--vendor V`` sets all five seams, ``--seam
+SEAM=V`` overrides one) or from a TOML file::
+
+    [stack]
+    vendor = "rocm-like"        # every seam, unless overridden below
+    spec = "h200-like"
+    devices = 1
+    seed = 0
+
+    [stack.seams]
+    library = "rocm-like"
+
+Config files are data: they are parsed with ``tomllib`` and checked key by
+key; nothing in them is executed.  Vendor families come from the
+``fornax.vendors`` entry-point group (the three built-ins register there
+too).  At compose time the compiler's output formats and the library's
+shipped formats are negotiated against what the driver loads; an empty
+intersection is a :class:`FormatMismatchError` naming both sides.
+"""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from .layers.compiler import Target
+from .layers.errors import ConfigError, FormatMismatchError, UnknownSeamError, UnknownVendorError
+from .layers.framework import RunResult
+from .layers.graph import Graph
+from .layers.vendor import SEAMS, Vendor
+from .sim.device import Device
+from .sim.faults import SpecError
+from .sim.spec import ChipSpec, available_specs, load_spec
+
+BUILTIN = {
+    "cuda-like": "fornax.vendors.cuda_like:VENDOR",
+    "rocm-like": "fornax.vendors.rocm_like:VENDOR",
+    "xpu-like": "fornax.vendors.xpu_like:VENDOR",
+}
+DEFAULT_SPEC = "h200-like"
+_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams"}
+
+
+def _load_object(ref: str, name: str) -> Vendor:
+    module, _, attr = ref.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split(".") if attr else ():
+            obj = getattr(obj, part)
+    except Exception as exc:  # a broken third-party plugin must not crash the CLI
+        raise ConfigError(f"vendor {name!r} ({ref}) failed to load: {type(exc).__name__}: {exc}",
+                          hint="check the plugin's installation") from None
+    if not isinstance(obj, Vendor):
+        raise ConfigError(f"vendor {name!r} ({ref}) is a {type(obj).__name__}, not a fornax Vendor")
+    return obj
+
+
+def vendor_refs() -> dict[str, str]:
+    """Every registered vendor name -> its entry-point reference."""
+    refs = dict(BUILTIN)
+    for ep in metadata.entry_points(group="fornax.vendors"):
+        refs.setdefault(ep.name, ep.value)
+    return refs
+
+
+def get_vendor(name: str) -> Vendor:
+    refs = vendor_refs()
+    if name not in refs:
+        raise UnknownVendorError(f"unknown vendor {name!r}; valid vendors: {', '.join(sorted(refs))}")
+    return _load_object(refs[name], name)
+
+
+@dataclass
+class StackConfig:
+    seams: dict[str, str]
+    spec: str = DEFAULT_SPEC
+    devices: int = 1
+    seed: int = 0
+
+    def describe(self) -> dict:
+        return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed}
+
+
+def parse_seam_overrides(items) -> dict[str, str]:
+    out = {}
+    for item in items or ():
+        seam, sep, vendor = str(item).partition("=")
+        seam, vendor = seam.strip(), vendor.strip()
+        if not sep or not seam or not vendor:
+            raise ConfigError(f"--seam takes SEAM=VENDOR, got {item!r}",
+                              hint=f"seams: {', '.join(SEAMS)}")
+        if seam not in SEAMS:
+            raise UnknownSeamError(f"unknown seam {seam!r}; valid seams: {', '.join(SEAMS)}")
+        out[seam] = vendor
+    return out
+
+
+def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
+                spec: str | None = None, devices: int | None = None, seed: int | None = None,
+                base: StackConfig | None = None) -> StackConfig:
+    """Build a config; flags given here override ``base`` (a config file)."""
+    cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
+    if vendor is not None:
+        cfg.seams = {s: vendor for s in SEAMS}
+    for seam, v in (seams or {}).items():
+        if seam not in SEAMS:
+            raise UnknownSeamError(f"unknown seam {seam!r}; valid seams: {', '.join(SEAMS)}")
+        cfg.seams[seam] = v
+    missing = [s for s in SEAMS if s not in cfg.seams]
+    if missing:
+        raise ConfigError(f"no vendor for seam(s) {', '.join(missing)}",
+                          hint="give --vendor V, or set every seam with --seam SEAM=V")
+    if spec is not None:
+        cfg.spec = spec
+    if devices is not None:
+        cfg.devices = devices
+    if seed is not None:
+        cfg.seed = seed
+    if not isinstance(cfg.devices, int) or isinstance(cfg.devices, bool) or cfg.devices < 1:
+        raise ConfigError(f"devices must be a positive integer, got {cfg.devices!r}")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {cfg.seed!r}")
+    refs = vendor_refs()
+    for seam, v in cfg.seams.items():
+        if not isinstance(v, str) or v not in refs:
+            raise UnknownVendorError(f"unknown vendor {v!r} for seam {seam}; valid vendors: "
+                                     f"{', '.join(sorted(refs))}")
+    return cfg
+
+
+def load_config(path: str | Path) -> StackConfig:
+    """Read a stack config TOML file (data only) into a base config."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    unknown_top = sorted(set(data) - {"stack"})
+    if unknown_top:
+        raise ConfigError(f"config file {p}: unknown table(s) {', '.join(unknown_top)}; "
+                          "everything goes under [stack]")
+    stack = data.get("stack")
+    if not isinstance(stack, dict):
+        raise ConfigError(f"config file {p} has no [stack] table")
+    unknown = sorted(set(stack) - _STACK_KEYS)
+    if unknown:
+        raise ConfigError(f"config file {p}: unknown key(s) {', '.join(unknown)} in [stack]; "
+                          f"known keys: {', '.join(sorted(_STACK_KEYS))}")
+    seams = stack.get("seams", {})
+    if not isinstance(seams, dict):
+        raise ConfigError(f"config file {p}: [stack.seams] must be a table of SEAM = \"vendor\"")
+    bad = sorted(set(seams) - set(SEAMS))
+    if bad:
+        raise UnknownSeamError(f"config file {p}: unknown seam(s) {', '.join(bad)}; "
+                               f"valid seams: {', '.join(SEAMS)}")
+    for key, typ in (("vendor", str), ("spec", str)):
+        if key in stack and not isinstance(stack[key], typ):
+            raise ConfigError(f"config file {p}: {key} must be a string, got {stack[key]!r}")
+    base = StackConfig({}, stack.get("spec", DEFAULT_SPEC), stack.get("devices", 1), stack.get("seed", 0))
+    return make_config(stack.get("vendor"), seams, base=base)
+
+
+@dataclass
+class Stack:
+    config: StackConfig
+    spec: ChipSpec
+    devices: list[Device]
+    vendors: dict[str, Vendor]
+    driver: object
+    runtime: object
+    library: object
+    compiler: object
+    framework: object
+    target: Target
+    negotiation: dict = field(default_factory=dict)
+
+    def seam(self, name: str):
+        return getattr(self, name)
+
+    def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
+        return self.framework.run(graph, feeds)
+
+
+def compose(config: StackConfig) -> Stack:
+    try:
+        spec = load_spec(config.spec)
+    except SpecError as exc:
+        raise ConfigError(str(exc), hint=f"shipped specs: {', '.join(available_specs())}") from None
+    vendors = {seam: get_vendor(config.seams[seam]) for seam in SEAMS}
+    devices = [Device(spec, i) for i in range(config.devices)]
+    driver = vendors["driver"].driver(devices)
+    loadable = tuple(driver.loadable_formats(0))
+    runtime = vendors["runtime"].runtime(driver)
+    library = vendors["library"].library(runtime)
+    compiler = vendors["compiler"].compiler()
+    emits = tuple(compiler.output_formats())
+    chosen = next((f for f in emits if f in loadable), None)
+    if chosen is None:
+        raise FormatMismatchError(
+            f"compiler {vendors['compiler'].name} emits {', '.join(emits)}, but driver "
+            f"{vendors['driver'].name} loads only {', '.join(loadable)}",
+            hint="pick a compiler and driver of one family, or a driver that loads the compiler's format")
+    shipped = tuple(library.formats())
+    lib_ok = [f for f in shipped if f in loadable]
+    if not lib_ok:
+        raise FormatMismatchError(
+            f"library {vendors['library'].name} ships {', '.join(shipped)} kernels, but driver "
+            f"{vendors['driver'].name} loads only {', '.join(loadable)}",
+            hint="pick a library of the driver's family")
+    props = driver.properties(0)
+    target = Target(props.target, chosen, props.compute_units)
+    framework = vendors["framework"].framework(compiler, library, runtime, target)
+    negotiation = {"driver_loads": list(loadable), "compiler_emits": list(emits),
+                   "compiler_format": chosen, "library_ships": list(shipped),
+                   "library_formats_usable": lib_ok, "target": props.target}
+    return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
+                 target, negotiation)

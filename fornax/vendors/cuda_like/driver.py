@@ -1,0 +1,65 @@
+"""cuda-like driver: CUresult codes, contexts, streams; loads PTX-like (JIT) and cubin-like."""
+
+from __future__ import annotations
+
+from ...layers.binary import ContainerError, KernelBinary, unpack_container, unpack_records
+from ...layers.driver import DriverBase, QueueBase
+from ...sim import isa
+from ...sim.device import Device
+from ...sim.timeline import Packet
+from . import FACTS
+from .compiler import CUBIN_MAGIC
+
+
+class Stream(QueueBase):
+    """A CUDA stream: work enters its hardware queue in issue order."""
+
+    flavour = "stream"
+
+    def _submit(self, packet: Packet) -> None:
+        self.hwq.submit(packet)
+
+
+def _ptx_kernels(text: str) -> dict[str, isa.Program]:
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith(".version"):
+        raise ContainerError("PTX-like text must start with a .version directive")
+    kernels, block = {}, None
+    for line in lines:
+        if line.startswith(".kernel"):
+            block = [line]
+        elif block is not None:
+            block.append(line)
+            if line.strip() == ".end":
+                program = isa.assemble("\n".join(block))     # the JIT: text -> machine program
+                kernels[program.name] = program
+                block = None
+    if block is not None:
+        raise ContainerError("PTX-like text ends inside a kernel (no .end)")
+    if not kernels:
+        raise ContainerError("PTX-like text defines no kernels")
+    return kernels
+
+
+class CudaLikeDriver(DriverBase):
+    vendor = "cuda-like"
+    facts = FACTS
+    queue_class = Stream
+
+    def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
+        if binary.format == "ptx-like":
+            return _ptx_kernels(binary.data.decode())
+        header, payload = unpack_container(CUBIN_MAGIC, binary.data)
+        if header.get("arch") != binary.target:
+            raise ContainerError(f"cubin-like header says {header.get('arch')}, tag says {binary.target}")
+        programs = [isa.decode(r) for r in unpack_records(payload)]
+        return {p.name: p for p in programs}
+
+    def native_properties(self, device: Device, target: str) -> dict:
+        cc = target.removeprefix("sm_")
+        s = device.spec
+        return {"name": f"fornax {s.name} ({target})", "major": int(cc[:-1]), "minor": int(cc[-1]),
+                "multiProcessorCount": s.compute_units, "warpSize": 32,
+                "totalGlobalMem": s.hbm_bytes, "maxThreadsPerBlock": s.max_group_size,
+                "sharedMemPerMultiprocessor": s.shared_memory_per_unit,
+                "clockRate": int(s.clock_ghz * 1e6), "l2CacheSize": s.l2_bytes}

@@ -1,0 +1,11 @@
+"""cuda-like framework face: device "cuda", torch.version.cuda, dist backend "nccl"."""
+
+from __future__ import annotations
+
+from ...layers.framework import FrameworkBase
+from . import FACTS
+
+
+class CudaLikeFramework(FrameworkBase):
+    vendor = "cuda-like"
+    facts = FACTS

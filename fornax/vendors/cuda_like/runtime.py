@@ -1,0 +1,11 @@
+"""cuda-like runtime: cudaMalloc/cudaFree, cudaStream_t, async copies."""
+
+from __future__ import annotations
+
+from ...layers.runtime import RuntimeBase
+from . import FACTS
+
+
+class CudaLikeRuntime(RuntimeBase):
+    vendor = "cuda-like"
+    facts = FACTS
