@@ -336,10 +336,10 @@ class QueueBase:
     def _submit(self, packet: Packet) -> None:
         raise NotImplementedError
 
-    def _push(self, engine: str, work, label: str, kind: str) -> None:
+    def _push(self, engine: str, work, label: str, kind: str, also_signal=()) -> None:
         self.submitted += 1
         packet = Packet(engine, work, label, kind, waits=self._pending_waits,
-                        signals=[(self.sem, self.submitted)])
+                        signals=[(self.sem, self.submitted), *also_signal])
         self._pending_waits = []
         self._submit(packet)
 
@@ -368,16 +368,24 @@ class QueueBase:
             raise d.fail("invalid_value", f"kernel {entry!r} is missing argument(s) "
                          f"{', '.join(missing)}", call="launch")
         d.counts["launches"] += 1
-        space = self.ctx.space
+        self._dispatch(program, entry, grid, dict(args))
+
+    def _kernel_work(self, program: Program, entry: str, grid: tuple[int, int, int], args: dict):
+        """The functional effect and cost of one kernel, run when its packet executes."""
+        d, space, device = self.driver, self.ctx.space, self.device
 
         def work() -> float:
-            counters, cost = self.device.run_kernel(space, program, grid, dict(args))
+            counters, cost = device.run_kernel(space, program, grid, args)
             flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
             d.kernel_log.append(KernelRecord(entry, grid, cost.duration_s, flops,
                                              counters.bytes_read + counters.bytes_written, cost.bound))
             return cost.duration_s
 
-        self._push("compute", work, entry, "kernel")
+        return work
+
+    def _dispatch(self, program: Program, entry: str, grid: tuple[int, int, int], args: dict) -> None:
+        """How a validated launch reaches the hardware; families may encode packets here."""
+        self._push("compute", self._kernel_work(program, entry, grid, args), entry, "kernel")
 
     def _check_range(self, address: int, nbytes: int, call: str) -> None:
         try:

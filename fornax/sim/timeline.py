@@ -170,7 +170,7 @@ class Timeline:
                 sem.fail(failure, end)
         else:
             for sem, value in packet.signals:
-                sem.signal(value, end)
+                sem.signal(max(value, sem.value), end)   # a late, lower signal never rolls back
         return True
 
     def wait(self, sem: Semaphore, value: int) -> None:

@@ -1,0 +1,11 @@
+"""rocm-like framework face: the "cuda" device and torch.cuda (HIP poses as CUDA), torch.version.hip."""
+
+from __future__ import annotations
+
+from ...layers.framework import FrameworkBase
+from . import FACTS
+
+
+class RocmLikeFramework(FrameworkBase):
+    vendor = "rocm-like"
+    facts = FACTS

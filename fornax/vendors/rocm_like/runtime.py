@@ -1,0 +1,11 @@
+"""rocm-like runtime (HIP): hipMalloc/hipFree block the host, hipStream_t over AQL queues."""
+
+from __future__ import annotations
+
+from ...layers.runtime import RuntimeBase
+from . import FACTS
+
+
+class RocmLikeRuntime(RuntimeBase):
+    vendor = "rocm-like"
+    facts = FACTS

@@ -1,0 +1,11 @@
+"""xpu-like framework face: device "xpu", torch.xpu, torch.version.xpu, dist backend "xccl"."""
+
+from __future__ import annotations
+
+from ...layers.framework import FrameworkBase
+from . import FACTS
+
+
+class XpuLikeFramework(FrameworkBase):
+    vendor = "xpu-like"
+    facts = FACTS

@@ -1,0 +1,11 @@
+"""xpu-like runtime (SYCL): USM device allocations, in-order sycl::queue over immediate command lists."""
+
+from __future__ import annotations
+
+from ...layers.runtime import RuntimeBase
+from . import FACTS
+
+
+class XpuLikeRuntime(RuntimeBase):
+    vendor = "xpu-like"
+    facts = FACTS
