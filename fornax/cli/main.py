@@ -1,0 +1,146 @@
+"""The ``fornax`` command (click + rich).
+
+Every user error ends in one line on stderr and a non-zero exit: 2 for a
+usage or configuration mistake, 1 for a failure while running.  ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import report as report_mod
+from ..layers.errors import ConfigError, FornaxError
+from ..scenarios.workloads import DEFAULT_WORKLOAD, WORKLOADS, get_workload, numerics
+from ..sim.faults import SimError
+from ..sim.spec import available_specs, load_spec
+from ..stack import compose, load_config, make_config, parse_seam_overrides
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"fornax: error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn):
+    """Turn fornax errors into one line and an exit code (no traceback unless --debug)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        debug = kwargs.get("debug", False)
+        try:
+            return fn(*args, **kwargs)
+        except (FornaxError, SimError) as exc:
+            if debug:
+                raise
+            _fail(str(exc), 2 if isinstance(exc, ConfigError) else 1)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+    return wrapper
+
+
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fornax")
+def main() -> None:
+    """fornax — a comparative accelerator software stack on a simulated device."""
+
+
+@main.command()
+@click.option("--vendor", metavar="V", help="Set all five seams to vendor V (cuda-like, rocm-like, xpu-like).")
+@click.option("--seam", "seams", multiple=True, metavar="SEAM=V",
+              help="Override one seam (repeatable), e.g. --seam compiler=cuda-like.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Stack config TOML ([stack] vendor/spec/devices/seed, [stack.seams]).")
+@click.option("--workload", default=None, metavar="NAME",
+              help=f"Workload to run (default {DEFAULT_WORKLOAD}; see `fornax workloads`).")
+@click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
+@click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
+@debug_option
+@handle_errors
+def compose_cmd(vendor, seams, config_path, workload, spec, seed, as_json, debug):
+    """Compose a stack seam by seam, run a workload through it, and report."""
+    base = load_config(config_path) if config_path else None
+    if base is None and vendor is None and not seams:
+        raise ConfigError("no stack given: use --vendor V, --seam SEAM=V for every seam, or --config FILE")
+    cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base)
+    wl = get_workload(workload or DEFAULT_WORKLOAD)
+    stack = compose(cfg)
+    graph, feeds = wl.build(cfg.seed)
+    t0 = time.perf_counter()
+    errors, result, nums = [], None, []
+    try:
+        result = stack.run(graph, feeds)
+        nums = numerics(graph, result.outputs, feeds)
+    except FornaxError as exc:
+        if debug:
+            raise
+        errors.append(exc.to_dict())
+    wall = time.perf_counter() - t0
+    rep = report_mod.build(stack, wl.name, result, nums, wall, errors)
+    if as_json:
+        click.echo(json.dumps(rep, indent=2, default=str))
+    else:
+        report_mod.render(rep, Console())
+    if errors:
+        if not as_json:
+            _fail(errors[0]["message"], 1)
+        sys.exit(1)
+    if not all(n["ok"] for n in nums):
+        if not as_json:
+            _fail("numerics outside tolerance (see the table above)", 1)
+        sys.exit(1)
+
+
+compose_cmd.name = "compose"
+
+
+@main.command()
+@click.argument("name", required=False)
+@debug_option
+@handle_errors
+def specs(name, debug):
+    """List the shipped chip specs, or show one."""
+    console = Console()
+    if name:
+        s = load_spec(name)
+        t = Table(title=f"chip spec {s.name}", show_header=False)
+        t.add_column("field")
+        t.add_column("value")
+        for field, value in s.__dict__.items():
+            t.add_row(field, str(value))
+        console.print(t)
+        return
+    t = Table(title="chip specs")
+    for col in ("name", "units", "SIMD", "HBM", "HBM bandwidth", "bf16 matrix peak", "description"):
+        t.add_column(col)
+    for n in available_specs():
+        s = load_spec(n)
+        t.add_row(s.name, str(s.compute_units), str(s.simd_width), f"{s.hbm_bytes / 1e9:.1f} GB",
+                  f"{s.hbm_bandwidth / 1e12:.2f} TB/s",
+                  f"{s.matrix_peak.get('bfloat16', 0) / 1e12:.0f} TFLOP/s", s.description)
+    console.print(t)
+
+
+@main.command()
+def workloads():
+    """List the workloads `fornax compose --workload` runs."""
+    t = Table(title="workloads")
+    t.add_column("name")
+    t.add_column("description")
+    for w in WORKLOADS.values():
+        t.add_row(w.name, w.description)
+    Console().print(t)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,202 @@
+"""The run report: a versioned JSON document, and its rendering with rich.
+
+Schema ``fornax.report/1`` — top-level keys:
+
+``schema``     the schema id
+``manifest``   pinned software versions, the stack by seam, spec, seed, workload
+``seams``      a dict per seam (what it did: counters, formats, choices)
+``numerics``   list of ``{output, dtype, shape, max_abs_err, max_rel_err, tol, ok}``
+``costs``      ``device_time_s`` (simulated) and ``host_wall_s`` (measured), kernels,
+               launches, copies and bytes, peak device memory, compile/load costs
+``kernels``    every executed kernel: name, grid, simulated duration, roofline bound
+``fallbacks``  ops that ran on the CPU, with reasons
+``errors``     errors raised during the run (a fornax error as a dict)
+
+Simulated device time and host wall time are different clocks and are never
+added together.
+"""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+import fornax
+
+SCHEMA = "fornax.report/1"
+SEAM_ORDER = ("framework", "compiler", "library", "runtime", "driver")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def manifest(stack, workload: str) -> dict:
+    cfg = stack.config
+    return {
+        "fornax": fornax.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": _version("torch"),
+        "jax": _version("jax"),
+        "jaxlib": _version("jaxlib"),
+        "stack": {seam: cfg.seams[seam] for seam in SEAM_ORDER},
+        "spec": stack.spec.name,
+        "spec_source": stack.spec.source,
+        "devices": cfg.devices,
+        "seed": cfg.seed,
+        "workload": workload,
+    }
+
+
+def build(stack, workload: str, result=None, numerics=None, host_wall_s: float = 0.0,
+          errors=None) -> dict:
+    seams = {seam: stack.seam(seam).report() for seam in SEAM_ORDER}
+    seams["compiler"]["negotiation"] = stack.negotiation
+    driver = stack.driver
+    kernels = [{"name": k.name, "grid": list(k.grid), "device_time_s": k.duration_s,
+                "flops": k.flops, "bytes": k.bytes, "bound": k.bound} for k in driver.kernel_log]
+    dev = stack.devices[0]
+    plans = result.plans if result is not None else []
+    costs = {
+        "device_time_s": max(d.timeline.busy_time for d in stack.devices),
+        "host_wall_s": host_wall_s,
+        "kernels": len(driver.kernel_log),
+        "launches": driver.counts["launches"],
+        "fused_kernels": sum(p.stats["fused_kernels"] for p in plans),
+        "library_calls": len(stack.library.calls),
+        "copies": driver.counts["copies"],
+        "h2d_bytes": driver.counts["h2d_bytes"],
+        "d2h_bytes": driver.counts["d2h_bytes"],
+        "peak_device_bytes": max(d.memory.peak for d in stack.devices),
+        "compile_wall_s": stack.compiler.compile_wall_s,
+        "module_load_device_s": driver.module_load_s,
+        "flops": float(sum(k.flops for k in driver.kernel_log)),
+        "spec_hbm_bytes": dev.spec.hbm_bytes,
+    }
+    return {
+        "schema": SCHEMA,
+        "manifest": manifest(stack, workload),
+        "seams": seams,
+        "numerics": list(numerics or []),
+        "costs": costs,
+        "kernels": kernels,
+        "fallbacks": list(result.fallbacks) if result is not None else [],
+        "errors": list(errors or []),
+    }
+
+
+# ---- rendering ------------------------------------------------------------------------------
+def _fmt_time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} µs"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _seam_lines(name: str, seam: dict) -> list[str]:
+    if name == "framework":
+        ver = next((f"{k}={v}" for k, v in seam.items() if k.startswith("version.")), "")
+        return [f"face: device '{seam['device_type']}' via {seam['module']} ({ver}), "
+                f"dist backend {seam['dist_backend']}",
+                f"ops captured {seam['ops_captured']}: native {seam['native']}, decomposed "
+                f"{seam['decomposed']}, CPU fallback {seam['fallback']}; "
+                f"{seam['device_segments']} device segment(s)"]
+    if name == "compiler":
+        neg = seam.get("negotiation", {})
+        return [f"emits {neg.get('compiler_format')} for {neg.get('target')} "
+                f"(driver loads {', '.join(neg.get('driver_loads', []))})",
+                f"{seam['ops_in']} ops -> {seam['ops_lowered']} after decomposition -> "
+                f"{seam['kernels']} kernels ({seam['fused_kernels']} fused) + "
+                f"{seam['library_calls']} library calls; SIMD {seam['simd_width']}, matrix "
+                f"{'x'.join(map(str, seam['matrix_shape']))}; {seam['binary_bytes']} bytes of binary",
+                f"compile cache hits {seam['cache_hits']}; compile wall {_fmt_time(seam['compile_wall_s'])}"]
+    if name == "library":
+        lines = [f"{seam['name']}: {seam['calls']} call(s); ships {', '.join(seam['shipped'])}"]
+        for c in seam["algorithms_chosen"][:6]:
+            b, m, n, k = c["shape"]
+            lines.append(f"gemm {b}x{m}x{n}x{k}: {c['algorithm']} from {c['image']} — {c['reason']}")
+        return lines
+    if name == "runtime":
+        return [f"{seam['api']}, queues: {seam['queue_kind']}; {seam['launches']} launches, "
+                f"{seam['h2d_copies']} H2D / {seam['d2h_copies']} D2H copies, {seam['host_syncs']} host syncs",
+                f"caching allocator: {seam['malloc_calls']} mallocs, {seam['device_allocations']} "
+                f"from the driver, {seam['cache_hits']} cache hits, peak {_fmt_bytes(seam['peak_allocated_bytes'])}; "
+                f"module cache hits {seam['module_cache_hits']}"]
+    return [f"{seam['api']} on {', '.join(seam['devices'])}; loads {', '.join(seam['loadable_formats'])}",
+            f"{seam['modules_loaded']} module(s) loaded ({seam['jit_compiles']} JIT, "
+            f"{seam['il_builds']} IL builds, {_fmt_time(seam['module_load_s'])}), "
+            f"{seam['launches']} launches, {seam['copies']} copies "
+            f"({_fmt_bytes(seam['h2d_bytes'])} H2D, {_fmt_bytes(seam['d2h_bytes'])} D2H)"]
+
+
+def render(report: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    m = report["manifest"]
+    tree = Tree(f"[bold]fornax stack[/] — workload [cyan]{m['workload']}[/] on spec "
+                f"[cyan]{m['spec']}[/] x{m['devices']}, seed {m['seed']}")
+    for name in SEAM_ORDER:
+        seam = report["seams"][name]
+        branch = tree.add(f"[bold]{name}[/]: [green]{m['stack'][name]}[/]")
+        for line in _seam_lines(name, seam):
+            branch.add(line)
+    console.print(tree)
+
+    if report["kernels"]:
+        kt = Table(title="kernels (simulated device)", show_lines=False)
+        for col in ("kernel", "grid", "device time", "GFLOP", "bytes", "bound"):
+            kt.add_column(col, justify="left" if col in ("kernel", "bound") else "right")
+        for k in report["kernels"][:20]:
+            kt.add_row(k["name"], "x".join(map(str, k["grid"])), _fmt_time(k["device_time_s"]),
+                       f"{k['flops'] / 1e9:.3f}", _fmt_bytes(k["bytes"]), k["bound"])
+        console.print(kt)
+
+    if report["numerics"]:
+        nt = Table(title="numerics vs float64 reference")
+        for col in ("output", "dtype", "shape", "max abs err", "max rel err", "tol", "ok"):
+            nt.add_column(col)
+        for n in report["numerics"]:
+            nt.add_row(n["output"], n["dtype"], "x".join(map(str, n["shape"])), f"{n['max_abs_err']:.2e}",
+                       f"{n['max_rel_err']:.2e}", f"{n['tol']:.0e}",
+                       "[green]ok[/]" if n["ok"] else "[red]FAIL[/]")
+        console.print(nt)
+
+    c = report["costs"]
+    ct = Table(title="costs", show_header=False)
+    ct.add_column("what")
+    ct.add_column("value", justify="right")
+    ct.add_row("simulated device time", _fmt_time(c["device_time_s"]))
+    ct.add_row("host wall time (separate clock)", _fmt_time(c["host_wall_s"]))
+    ct.add_row("kernels / launches / fused", f"{c['kernels']} / {c['launches']} / {c['fused_kernels']}")
+    ct.add_row("library calls", str(c["library_calls"]))
+    ct.add_row("H2D / D2H bytes", f"{_fmt_bytes(c['h2d_bytes'])} / {_fmt_bytes(c['d2h_bytes'])}")
+    ct.add_row("peak device memory", _fmt_bytes(c["peak_device_bytes"]))
+    ct.add_row("compile (host wall)", _fmt_time(c["compile_wall_s"]))
+    console.print(ct)
+
+    if report["fallbacks"]:
+        ft = Table(title="CPU fallbacks")
+        ft.add_column("op")
+        ft.add_column("reason")
+        for f in report["fallbacks"]:
+            ft.add_row(f["op"], f["reason"])
+        console.print(ft)
+    for e in report["errors"]:
+        console.print(f"[red]error[/] {e['message']}")

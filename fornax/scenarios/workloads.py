@@ -1,0 +1,107 @@
+"""Workloads built directly in fornax's graph IR (until the front ends land).
+
+Each workload builds a graph and its input feeds from one seed, so every
+stack runs the same numbers and the float64 reference is computed from the
+same graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..layers.errors import ConfigError
+from ..layers.graph import DType, Graph
+
+#: max relative error (normwise: max|y - ref| / max|ref|) accepted per output dtype
+TOLERANCE = {
+    DType.FLOAT64: 1e-12,
+    DType.FLOAT32: 1e-4,
+    DType.FLOAT16: 5e-3,
+    DType.BFLOAT16: 3e-2,
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    build: Callable[[int], tuple[Graph, dict[str, np.ndarray]]]
+
+
+def _init(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype) -> np.ndarray:
+    """Kaiming-uniform-like init, as nn.Linear does."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return rng.uniform(-bound, bound, size=shape).astype(dtype)
+
+
+def mlp(seed: int, batch: int = 64, d_in: int = 256, hidden: int = 512, d_out: int = 128,
+        dtype: DType = DType.FLOAT32) -> tuple[Graph, dict]:
+    """y = relu(x @ W1 + b1) @ W2 + b2."""
+    rng = np.random.default_rng(seed)
+    np_dt = dtype.numpy
+    g = Graph("mlp")
+    x = g.input("x", (batch, d_in), dtype)
+    w1 = g.constant(_init(rng, (d_in, hidden), d_in, np_dt), "w1")
+    b1 = g.constant(_init(rng, (hidden,), d_in, np_dt), "b1")
+    w2 = g.constant(_init(rng, (hidden, d_out), hidden, np_dt), "w2")
+    b2 = g.constant(_init(rng, (d_out,), hidden, np_dt), "b2")
+    h = g.op("relu", g.op("add", g.op("matmul", x, w1), b1))
+    g.output(g.op("add", g.op("matmul", h, w2), b2))
+    return g, {"x": rng.standard_normal((batch, d_in)).astype(np_dt)}
+
+
+def softmax(seed: int, rows: int = 256, cols: int = 1000, dtype: DType = DType.FLOAT32):
+    """Row softmax over logits of a classifier-sized vocabulary."""
+    rng = np.random.default_rng(seed)
+    g = Graph("softmax")
+    x = g.input("logits", (rows, cols), dtype)
+    g.output(g.op("softmax", x, axis=-1))
+    return g, {"logits": (3 * rng.standard_normal((rows, cols))).astype(dtype.numpy)}
+
+
+def mlp_softmax(seed: int) -> tuple[Graph, dict]:
+    """The MLP followed by a softmax head: GEMMs, a fused epilogue and a fused row reduction."""
+    g, feeds = mlp(seed)
+    (logits,) = g.outputs
+    g.outputs.clear()
+    g.output(g.op("softmax", logits, axis=-1))
+    g.name = "mlp-softmax"
+    return g, feeds
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in (
+        Workload("mlp", "MLP 256-512-128: matmul + bias + relu + matmul + bias (float32)", mlp),
+        Workload("mlp-bf16", "the same MLP in bfloat16 (fp32 accumulation)",
+                 lambda seed: mlp(seed, dtype=DType.BFLOAT16)),
+        Workload("softmax", "row softmax over 256 x 1000 logits (float32)", softmax),
+        Workload("mlp-softmax", "the MLP with a softmax head (float32)", mlp_softmax),
+    )
+}
+DEFAULT_WORKLOAD = "mlp"
+
+
+def get_workload(name: str) -> Workload:
+    if name not in WORKLOADS:
+        raise ConfigError(f"unknown workload {name!r}; available: {', '.join(WORKLOADS)}")
+    return WORKLOADS[name]
+
+
+def numerics(graph: Graph, outputs: list[np.ndarray], feeds: dict) -> list[dict]:
+    """Each output against the float64 reference of the same graph."""
+    refs = graph.reference(feeds)
+    rows = []
+    for v, got, ref in zip(graph.outputs, outputs, refs):
+        diff = np.abs(got.astype(np.float64) - ref)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        max_rel = max_abs / scale if scale > 0 else max_abs
+        tol = TOLERANCE.get(v.dtype, 0.0)
+        finite = bool(np.isfinite(got.astype(np.float64)).all())
+        rows.append({"output": v.name, "dtype": v.dtype.value, "shape": list(v.shape),
+                     "max_abs_err": max_abs, "max_rel_err": max_rel, "tol": tol,
+                     "ok": finite and max_rel <= tol})
+    return rows
