@@ -19,7 +19,7 @@ from rich.table import Table
 from .. import report as report_mod
 from ..layers.errors import ConfigError, FornaxError
 from ..scenarios.workloads import DEFAULT_WORKLOAD, WORKLOADS, get_workload, numerics
-from ..sim.faults import SimError
+from ..sim.faults import SimError, SpecError
 from ..sim.spec import available_specs, load_spec
 from ..stack import compose, load_config, make_config, parse_seam_overrides
 
@@ -39,7 +39,7 @@ def handle_errors(fn):
         except (FornaxError, SimError) as exc:
             if debug:
                 raise
-            _fail(str(exc), 2 if isinstance(exc, ConfigError) else 1)
+            _fail(str(exc), 2 if isinstance(exc, (ConfigError, SpecError)) else 1)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
     return wrapper

@@ -1,0 +1,1 @@
+"""fornax benchmarks (run with `make bench`; never part of the test suite)."""
