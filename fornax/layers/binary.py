@@ -19,6 +19,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from ..sim import isa
+
 
 @dataclass(frozen=True)
 class KernelBinary:
@@ -95,3 +97,15 @@ def unpack_records(data: bytes) -> list[bytes]:
         out.append(data[pos:pos + n])
         pos += n
     return out
+
+
+def pack_programs(magic: bytes, header: dict, programs: list[isa.Program]) -> bytes:
+    """A container whose payload is the encoded kernels, one record each."""
+    return pack_container(magic, header, pack_records([isa.encode(p) for p in programs]))
+
+
+def unpack_programs(magic: bytes, data: bytes) -> tuple[dict, dict[str, isa.Program]]:
+    """Inverse of :func:`pack_programs`: the header and the verified kernels by name."""
+    header, payload = unpack_container(magic, data)
+    programs = [isa.decode(r) for r in unpack_records(payload)]
+    return header, {p.name: p for p in programs}

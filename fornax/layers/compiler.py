@@ -4,9 +4,8 @@ The pipeline is shared policy, each pass a small function: verify,
 decompose composites, route ops to the library (a per-family policy), fuse
 into kernels, plan buffers, generate tile-ISA code.  A family supplies its
 facts (``vendor.toml`` ``[compiler]``: the formats it emits, SIMD width,
-matrix instruction shape, tile sizes, routing policy) and one hook,
-:meth:`CompilerBase.emit`, which packs the generated programs into its own
-binary format for a target.
+matrix instruction shape, tile sizes, routing policy) and its encoders,
+which pack the generated programs into its own binary formats.
 """
 
 from __future__ import annotations
@@ -221,9 +220,13 @@ class CompilerBase:
                        "kernels": 0, "fused_kernels": 0, "library_calls": 0, "binary_bytes": 0}
         self.compile_wall_s = 0.0
 
-    # -- vendor hook --------------------------------------------------------------
+    #: vendor hook: binary format -> encoder(programs, arch, producer) -> KernelBinary
+    encoders: dict = {}
+
     def emit(self, programs: list[Program], target: Target) -> KernelBinary:
-        raise NotImplementedError
+        """Pack the generated kernels into the negotiated format for the target."""
+        producer = f"{self.vendor} {self.facts['compiler']['name']}"
+        return self.encoders[target.format](programs, target.arch, producer)
 
     # -- shared --------------------------------------------------------------------
     def output_formats(self) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ class Context:
     space: AddressSpace
     sticky: FornaxError | None = None
     live: bool = True
+    queues: list = field(default_factory=list)     # every queue created in this context
 
 
 @dataclass(eq=False)
@@ -300,6 +301,10 @@ class DriverBase:
             ctx.device.timeline.drain()
         except SimError as exc:
             raise self.fault(ctx, exc, "synchronize") from None
+        # a context synchronise reports a fault of any of its queues' work (cuCtxSynchronize)
+        failure = next((q.hwq.failure for q in ctx.queues if q.hwq.failure is not None), None)
+        if failure is not None:
+            raise self.fault(ctx, failure, "synchronize")
 
     def report(self) -> dict:
         return {
@@ -328,6 +333,7 @@ class QueueBase:
         self.ctx = ctx
         self.device = ctx.device
         self.hwq: HardwareQueue = ctx.device.timeline.create_queue(f"{driver.vendor}:{self.flavour}")
+        ctx.queues.append(self)
         self.sem = Semaphore(f"{self.flavour}{self.hwq.id}")
         self.submitted = 0
         self._pending_waits: list[tuple[Semaphore, int]] = []

@@ -340,7 +340,18 @@ class Graph:
         self.nodes.append(node)
         return out
 
-    def output(self, *values: Value) -> None:
+    def output(self, *values: Value, names: tuple[str, ...] | list[str] | None = None) -> None:
+        """Mark graph outputs, optionally giving them readable names."""
+        if names is not None:
+            if len(names) != len(values):
+                raise GraphError(f"output: {len(values)} value(s) but {len(names)} name(s)")
+            for v, name in zip(values, names):
+                if name != v.name:
+                    if name in self._names:
+                        raise GraphError(f"output: name {name!r} is already used in graph {self.name!r}")
+                    self._names.discard(v.name)
+                    self._names.add(name)
+                    v.name = name
         self.outputs.extend(values)
 
     # -- checking ---------------------------------------------------------

@@ -50,16 +50,18 @@ class Library(Protocol):
 
 
 class LibraryBase:
-    """Shared library policy; a vendor subclass sets ``vendor``, ``facts`` and :meth:`build`."""
+    """Shared library policy; a vendor subclass sets ``vendor``, ``facts`` and ``encoders``."""
 
     seam = "library"
     vendor = "base"
     facts: dict = {}
 
-    # -- vendor hook ---------------------------------------------------------------
+    #: vendor hook: shipped format -> encoder(programs, target, producer) -> KernelBinary
+    encoders: dict = {}
+
     def build(self, programs: list[Program], fmt: str, target: str) -> KernelBinary:
         """Pack kernels into one shipped image of ``fmt`` for ``target``."""
-        raise NotImplementedError
+        return self.encoders[fmt](programs, target, f"{self.vendor} {self.name}")
 
     # -- shared ------------------------------------------------------------------------
     def __init__(self, runtime: Runtime):

@@ -49,7 +49,7 @@ def mlp(seed: int, batch: int = 64, d_in: int = 256, hidden: int = 512, d_out: i
     w2 = g.constant(_init(rng, (hidden, d_out), hidden, np_dt), "w2")
     b2 = g.constant(_init(rng, (d_out,), hidden, np_dt), "b2")
     h = g.op("relu", g.op("add", g.op("matmul", x, w1), b1))
-    g.output(g.op("add", g.op("matmul", h, w2), b2))
+    g.output(g.op("add", g.op("matmul", h, w2), b2), names=["y"])
     return g, {"x": rng.standard_normal((batch, d_in)).astype(np_dt)}
 
 
@@ -58,7 +58,7 @@ def softmax(seed: int, rows: int = 256, cols: int = 1000, dtype: DType = DType.F
     rng = np.random.default_rng(seed)
     g = Graph("softmax")
     x = g.input("logits", (rows, cols), dtype)
-    g.output(g.op("softmax", x, axis=-1))
+    g.output(g.op("softmax", x, axis=-1), names=["probs"])
     return g, {"logits": (3 * rng.standard_normal((rows, cols))).astype(dtype.numpy)}
 
 
@@ -67,7 +67,7 @@ def mlp_softmax(seed: int) -> tuple[Graph, dict]:
     g, feeds = mlp(seed)
     (logits,) = g.outputs
     g.outputs.clear()
-    g.output(g.op("softmax", logits, axis=-1))
+    g.output(g.op("softmax", logits, axis=-1), names=["probs"])
     g.name = "mlp-softmax"
     return g, feeds
 

@@ -229,6 +229,15 @@ def _reads(ins) -> list[str]:
 
 def verify(program: Program) -> Program:
     """Check a program is well formed; raise :class:`InvalidProgram` naming the first problem."""
+    try:
+        return _verify(program)
+    except TypeError as exc:
+        # an operand of the wrong type (a list as a register name, an int as a shape, ...),
+        # e.g. from a corrupted binary: still a malformed program, never a crash
+        raise InvalidProgram(f"kernel {program.name!r}: malformed operand ({exc})") from None
+
+
+def _verify(program: Program) -> Program:
     where = f"kernel {program.name!r}"
     if not program.name or not isinstance(program.name, str):
         raise InvalidProgram("kernel has no name")

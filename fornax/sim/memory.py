@@ -220,6 +220,12 @@ class AddressSpace:
             bad = int(addresses[misaligned][0])
             raise MisalignedAddress(bad, access, self.context,
                                     f"{dtype.name} access must be {itemsize}-byte aligned")
+        # fast path: a mapping is contiguous, so if the lowest and the highest
+        # address fall inside the same one, every address in between does too
+        lo, hi = int(addresses.min()), int(addresses.max())
+        first = self._lookup(lo >> self.memory.page_shift)
+        if first is not None and first.va <= lo and hi + itemsize <= first.end:
+            return [(None, first, (addresses - first.va) // itemsize)]
         pages = addresses >> self.memory.page_shift
         uniq = np.unique(pages)
         groups: dict[int, list[int]] = {}
@@ -250,6 +256,8 @@ class AddressSpace:
         result = np.empty(addresses.shape, dtype=dtype)
         for mask, mapping, index in self._element_view(addresses, dtype, "read"):
             usable = mapping.span - mapping.span % dtype.itemsize
+            if mask is None:
+                return mapping.buffer[:usable].view(dtype)[index]
             result[mask] = mapping.buffer[:usable].view(dtype)[index]
         return result
 
@@ -258,4 +266,4 @@ class AddressSpace:
         dtype = values.dtype
         for mask, mapping, index in self._element_view(addresses, dtype, "write"):
             usable = mapping.span - mapping.span % dtype.itemsize
-            mapping.buffer[:usable].view(dtype)[index] = values[mask]
+            mapping.buffer[:usable].view(dtype)[index] = values if mask is None else values[mask]

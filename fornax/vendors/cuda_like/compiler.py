@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_container, pack_records
-from ...layers.compiler import CompilerBase, Target
+from ...layers.binary import KernelBinary, pack_programs
+from ...layers.compiler import CompilerBase
 from ...layers.driver import arch_number
 from ...sim import isa
 from . import FACTS
@@ -22,8 +22,7 @@ def ptx_image(programs: list[isa.Program], arch: str, producer: str) -> KernelBi
 def cubin_image(programs: list[isa.Program], arch: str, producer: str) -> KernelBinary:
     """A cubin-like object: machine code for exactly ``sm_XY``."""
     sm = f"sm_{arch_number(arch)}"
-    data = pack_container(CUBIN_MAGIC, {"kind": "cubin-like", "arch": sm},
-                          pack_records([isa.encode(p) for p in programs]))
+    data = pack_programs(CUBIN_MAGIC, {"kind": "cubin-like", "arch": sm}, programs)
     return KernelBinary("cubin-like", sm, tuple(p.name for p in programs), data, producer)
 
 
@@ -33,6 +32,4 @@ ENCODERS = {"ptx-like": ptx_image, "cubin-like": cubin_image}
 class CudaLikeCompiler(CompilerBase):
     vendor = "cuda-like"
     facts = FACTS
-
-    def emit(self, programs: list[isa.Program], target: Target) -> KernelBinary:
-        return ENCODERS[target.format](programs, target.arch, f"{self.vendor} {FACTS['compiler']['name']}")
+    encoders = ENCODERS

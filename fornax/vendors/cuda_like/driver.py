@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...layers.binary import ContainerError, KernelBinary, unpack_container, unpack_records
+from ...layers.binary import ContainerError, KernelBinary, unpack_programs
 from ...layers.driver import DriverBase, QueueBase
 from ...sim import isa
 from ...sim.device import Device
@@ -49,11 +49,10 @@ class CudaLikeDriver(DriverBase):
     def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
         if binary.format == "ptx-like":
             return _ptx_kernels(binary.data.decode())
-        header, payload = unpack_container(CUBIN_MAGIC, binary.data)
+        header, kernels = unpack_programs(CUBIN_MAGIC, binary.data)
         if header.get("arch") != binary.target:
             raise ContainerError(f"cubin-like header says {header.get('arch')}, tag says {binary.target}")
-        programs = [isa.decode(r) for r in unpack_records(payload)]
-        return {p.name: p for p in programs}
+        return kernels
 
     def native_properties(self, device: Device, target: str) -> dict:
         cc = target.removeprefix("sm_")

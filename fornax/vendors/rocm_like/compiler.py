@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_container, pack_records
-from ...layers.compiler import CompilerBase, Target
+from ...layers.binary import KernelBinary, pack_programs
+from ...layers.compiler import CompilerBase
 from ...sim import isa
 from . import FACTS
 
@@ -18,13 +18,14 @@ def triple(target: str) -> str:
 def hsaco_image(programs: list[isa.Program], target: str, producer: str) -> KernelBinary:
     header = {"kind": "hsaco-like", "target": triple(target),
               "code_object_version": FACTS["compiler"]["code_object_version"]}
-    data = pack_container(HSACO_MAGIC, header, pack_records([isa.encode(p) for p in programs]))
+    data = pack_programs(HSACO_MAGIC, header, programs)
     return KernelBinary("hsaco-like", target, tuple(p.name for p in programs), data, producer)
+
+
+ENCODERS = {"hsaco-like": hsaco_image}
 
 
 class RocmLikeCompiler(CompilerBase):
     vendor = "rocm-like"
     facts = FACTS
-
-    def emit(self, programs: list[isa.Program], target: Target) -> KernelBinary:
-        return hsaco_image(programs, target.arch, f"{self.vendor} {FACTS['compiler']['name']}")
+    encoders = ENCODERS

@@ -15,7 +15,7 @@ import struct
 
 import numpy as np
 
-from ...layers.binary import ContainerError, KernelBinary, unpack_container, unpack_records
+from ...layers.binary import ContainerError, KernelBinary, unpack_programs
 from ...layers.driver import DriverBase, Marker, QueueBase
 from ...sim import isa
 from ...sim.device import Device
@@ -133,11 +133,10 @@ class RocmLikeDriver(DriverBase):
     queue_class = AqlQueue
 
     def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
-        header, payload = unpack_container(HSACO_MAGIC, binary.data)
+        header, kernels = unpack_programs(HSACO_MAGIC, binary.data)
         if header.get("target") != triple(binary.target):
             raise ContainerError(f"code object is for {header.get('target')}, tag says {binary.target}")
-        programs = [isa.decode(r) for r in unpack_records(payload)]
-        return {p.name: p for p in programs}
+        return kernels
 
     def native_properties(self, device: Device, target: str) -> dict:
         s = device.spec

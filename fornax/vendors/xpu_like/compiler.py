@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_container, pack_records
-from ...layers.compiler import CompilerBase, Target
+from ...layers.binary import KernelBinary, pack_programs
+from ...layers.compiler import CompilerBase
 from ...sim import isa
 from . import FACTS
 
@@ -15,14 +15,14 @@ IL_TARGET = "spirv64"
 def spirv_image(programs: list[isa.Program], target: str, producer: str) -> KernelBinary:
     header = {"kind": "spirv-like", "version": FACTS["compiler"]["spirv_version"],
               "addressing": "Physical64", "entry_points": [p.name for p in programs]}
-    data = pack_container(SPIRV_MAGIC, header, pack_records([isa.encode(p) for p in programs]))
+    data = pack_programs(SPIRV_MAGIC, header, programs)
     return KernelBinary("spirv-like", IL_TARGET, tuple(p.name for p in programs), data, producer)
 
 
 def zebin_image(programs: list[isa.Program], target: str, producer: str) -> KernelBinary:
     header = {"kind": "zebin-like", "device": target,
               "device_id": FACTS["driver"]["device_ids"].get(target, "")}
-    data = pack_container(ZEBIN_MAGIC, header, pack_records([isa.encode(p) for p in programs]))
+    data = pack_programs(ZEBIN_MAGIC, header, programs)
     return KernelBinary("zebin-like", target, tuple(p.name for p in programs), data, producer)
 
 
@@ -32,6 +32,4 @@ ENCODERS = {"spirv-like": spirv_image, "zebin-like": zebin_image}
 class XpuLikeCompiler(CompilerBase):
     vendor = "xpu-like"
     facts = FACTS
-
-    def emit(self, programs: list[isa.Program], target: Target) -> KernelBinary:
-        return ENCODERS[target.format](programs, target.arch, f"{self.vendor} {FACTS['compiler']['name']}")
+    encoders = ENCODERS

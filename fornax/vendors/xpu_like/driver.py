@@ -12,12 +12,12 @@ pass at once.
 
 from __future__ import annotations
 
-from ...layers.binary import ContainerError, KernelBinary, unpack_container, unpack_records
-from ...layers.driver import Context, DriverBase, Marker, QueueBase
+from ...layers.binary import ContainerError, KernelBinary, unpack_programs
+from ...layers.driver import Context, DriverBase, QueueBase
 from ...sim import isa
 from ...sim.device import Device
 from ...sim.faults import SimError
-from ...sim.timeline import HardwareQueue, Packet, Semaphore
+from ...sim.timeline import Packet, Semaphore
 from . import FACTS
 from .compiler import IL_TARGET, SPIRV_MAGIC, ZEBIN_MAGIC
 
@@ -163,17 +163,13 @@ class XpuLikeDriver(DriverBase):
     queue_class = ImmediateCommandList
 
     def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
-        if binary.format == "spirv-like":
-            header, payload = unpack_container(SPIRV_MAGIC, binary.data)
-            if binary.target != IL_TARGET:
-                raise ContainerError(f"SPIR-V-like modules target {IL_TARGET}, got {binary.target}")
-        else:
-            header, payload = unpack_container(ZEBIN_MAGIC, binary.data)
-            if header.get("device") != binary.target:
-                raise ContainerError(f"zebin-like header says {header.get('device')}, tag says {binary.target}")
         # building the IL: every kernel is decoded and verified; a failure is the build log
-        programs = [isa.decode(r) for r in unpack_records(payload)]
-        return {p.name: p for p in programs}
+        magic = SPIRV_MAGIC if binary.format == "spirv-like" else ZEBIN_MAGIC
+        header, kernels = unpack_programs(magic, binary.data)
+        expected = IL_TARGET if binary.format == "spirv-like" else header.get("device")
+        if binary.target != expected:
+            raise ContainerError(f"{binary.format} module is for {expected}, tag says {binary.target}")
+        return kernels
 
     def native_properties(self, device: Device, target: str) -> dict:
         s = device.spec

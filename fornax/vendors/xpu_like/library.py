@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary
 from ...layers.library import LibraryBase
-from ...sim.isa import Program
 from . import FACTS
 from .compiler import ENCODERS
 
@@ -12,6 +10,4 @@ from .compiler import ENCODERS
 class XpuLikeLibrary(LibraryBase):
     vendor = "xpu-like"
     facts = FACTS
-
-    def build(self, programs: list[Program], fmt: str, target: str) -> KernelBinary:
-        return ENCODERS[fmt](programs, target, f"{self.vendor} {self.name}")
+    encoders = ENCODERS
