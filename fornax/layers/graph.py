@@ -60,7 +60,8 @@ class DType(str, enum.Enum):
             except ValueError:
                 raise GraphError(f"unknown dtype {dtype!r}; fornax graphs use "
                                  f"{', '.join(d.value for d in cls)}") from None
-        dt = np.dtype(getattr(dtype, "dtype", dtype))
+        # a scalar type (np.float16) has a class-level ``dtype`` descriptor: use it directly
+        dt = np.dtype(dtype if isinstance(dtype, type) else getattr(dtype, "dtype", dtype))
         for d in cls:
             if d.numpy == dt:
                 return d
