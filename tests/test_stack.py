@@ -411,3 +411,17 @@ def test_bad_feeds_are_invalid_argument(vendor):
     # and the stack still works afterwards
     g, feeds, ref = mlp()
     assert rel_err(stack.run(g, feeds).outputs[0], ref) <= 1e-4
+
+
+@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+def test_repeated_runs_hit_the_compile_and_module_caches(vendor):
+    from fornax.scenarios.workloads import mlp
+    stack = compose(make_config(vendor, spec="tiny"))
+    graph, feeds = mlp(0, batch=8, d_in=16, hidden=32, d_out=8)
+    first = stack.run(graph, feeds).outputs[0]
+    for _ in range(2):
+        again = stack.run(graph, feeds).outputs[0]
+        np.testing.assert_array_equal(first, again)
+    assert stack.compiler.counts["graphs_compiled"] == 1
+    assert stack.compiler.counts["cache_hits"] == 2
+    assert stack.runtime.counts["module_cache_hits"] >= 2

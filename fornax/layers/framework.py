@@ -128,7 +128,7 @@ class FrameworkBase:
         for node, route in zip(graph.nodes, routes):
             if route.kind == "fallback":
                 if segment:
-                    plans.append(self._run_segment(graph, segment, env))
+                    plans.append(self._run_segment(graph, segment, env, len(plans)))
                     segment = []
                 self._run_on_host(node, env)
                 fb = {"op": node.op, "node": node.outputs[0].name, "reason": route.reason}
@@ -137,7 +137,7 @@ class FrameworkBase:
             else:
                 segment.append(node)
         if segment:
-            plans.append(self._run_segment(graph, segment, env))
+            plans.append(self._run_segment(graph, segment, env, len(plans)))
         outputs = [env[id(v)] for v in graph.outputs]
         return RunResult(outputs, routes, fallbacks, plans, time.perf_counter() - t0)
 
@@ -148,7 +148,8 @@ class FrameworkBase:
         out = node.outputs[0]
         env[id(out)] = np.ascontiguousarray(np.asarray(res).astype(out.dtype.numpy))
 
-    def _segment_graph(self, graph: Graph, nodes: list[Node], env: dict) -> tuple[Graph, list[Value], list[Value]]:
+    def _segment_graph(self, graph: Graph, nodes: list[Node],
+                       index: int) -> tuple[Graph, list[Value], list[Value]]:
         produced = {id(n.outputs[0]) for n in nodes}
         later_uses = set()
         after = False
@@ -160,8 +161,8 @@ class FrameworkBase:
             if after:
                 later_uses.update(id(v) for v in n.inputs)
         later_uses.update(id(v) for v in graph.outputs)
-        sub = Graph(f"{graph.name}_seg{self.counts['device_segments']}" if self.counts["device_segments"]
-                    else graph.name)
+        # the name is part of the compile-cache key: it must be the same on every run
+        sub = Graph(f"{graph.name}_seg{index}" if index else graph.name)
         mapping: dict[int, Value] = {}
         ext: list[Value] = []
         consts = {id(v) for v in graph.constants}
@@ -182,8 +183,8 @@ class FrameworkBase:
             sub = decompose(sub, keep=frozenset(op for op in OPS if op not in self.decomposed))
         return sub, ext, outs
 
-    def _run_segment(self, graph: Graph, nodes: list[Node], env: dict) -> CompiledGraph:
-        sub, ext, outs = self._segment_graph(graph, nodes, env)
+    def _run_segment(self, graph: Graph, nodes: list[Node], env: dict, index: int) -> CompiledGraph:
+        sub, ext, outs = self._segment_graph(graph, nodes, index)
         self.counts["device_segments"] += 1
         routines = self.library.ops() if self.library is not None else frozenset()
         plan = self.compiler.compile(sub, self.target, routines)
