@@ -37,7 +37,7 @@ from .layers.graph import Graph
 from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
 from .sim.faults import SpecError
-from .sim.spec import ChipSpec, available_specs, load_spec
+from .sim.spec import ChipSpec, load_spec
 
 BUILTIN = {
     "cuda-like": "fornax.vendors.cuda_like:VENDOR",
@@ -194,7 +194,7 @@ def compose(config: StackConfig) -> Stack:
     try:
         spec = load_spec(config.spec)
     except SpecError as exc:
-        raise ConfigError(str(exc), hint=f"shipped specs: {', '.join(available_specs())}") from None
+        raise ConfigError(str(exc)) from None
     vendors = {seam: get_vendor(config.seams[seam]) for seam in SEAMS}
     devices = [Device(spec, i) for i in range(config.devices)]
     driver = vendors["driver"].driver(devices)

@@ -20,7 +20,7 @@ import numpy as np
 from ..sim.isa import Program
 from . import codegen
 from .binary import KernelBinary
-from .errors import CompileError, FornaxError, GraphError
+from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .graph import OPS, DType, Graph, Node, Value
 
 
@@ -212,6 +212,10 @@ class CompilerBase:
         self.simd_width: int = c["simd_width"]
         self.matrix_shape = tuple(c["matrix_shape"])
         self.gemm_tile = tuple(c["gemm_tile"])
+        if any(t % s for t, s in zip(self.gemm_tile, self.matrix_shape)):
+            raise ConfigError(f"{self.vendor} compiler: GEMM tile {self.gemm_tile} is not a multiple of "
+                              f"the matrix instruction shape {self.matrix_shape}", seam="compiler",
+                              vendor=self.vendor)
         self.block: int = c["pointwise_block"]
         self.group_size: int = c["simd_width"] * c["groups_per_block"]
         self.route: frozenset = frozenset(c.get("route_to_library", ()))

@@ -27,7 +27,7 @@ class Vendor:
     runtime: Callable[..., Any]      # (driver) -> Runtime
     library: Callable[..., Any]      # (runtime) -> Library
     compiler: Callable[..., Any]     # () -> Compiler
-    framework: Callable[..., Any]    # (compiler, library, runtime) -> Framework
+    framework: Callable[..., Any]    # (compiler, library, runtime, target) -> Framework
 
     def factory(self, seam: str) -> Callable[..., Any]:
         return getattr(self, seam)

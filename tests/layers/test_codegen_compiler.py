@@ -244,3 +244,17 @@ def test_helpers():
     assert codegen.strides(()) == ()
     assert [codegen.next_pow2(n) for n in (1, 2, 3, 5, 64, 65)] == [1, 2, 4, 8, 64, 128]
     assert math.prod((2, 3)) == 6
+
+
+def test_gemm_tile_must_be_a_multiple_of_the_matrix_instruction_shape():
+    import copy
+
+    from fornax.layers.errors import ConfigError
+    from fornax.vendors.rocm_like import FACTS, RocmLikeCompiler
+
+    facts = copy.deepcopy(FACTS)
+    facts["compiler"]["gemm_tile"] = [48, 64, 32]          # 48 is not a multiple of MFMA's 32
+    bad = type("BadTile", (RocmLikeCompiler,), {"facts": facts})
+    with pytest.raises(ConfigError, match=r"not a multiple of the matrix instruction shape \(32, 32, 8\)"):
+        bad()
+    RocmLikeCompiler()                                      # the shipped tiles are consistent
