@@ -17,6 +17,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check --select F fornax tests benchmarks
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -24,6 +25,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check --select F fornax tests benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info
