@@ -23,8 +23,12 @@ _FIELDS: dict[str, tuple[type, str]] = {
     "hbm_bytes": (int, "device memory capacity in bytes"),
     "hbm_bandwidth": (float, "device memory bandwidth in bytes/s"),
     "l2_bytes": (int, "last-level cache size in bytes"),
+    "l2_bandwidth": (float, "last-level cache bandwidth in bytes/s"),
+    "registers_per_unit": (int, "32-bit registers per compute unit"),
     "shared_memory_per_unit": (int, "on-chip shared memory per compute unit in bytes"),
     "host_link_bandwidth": (float, "host link bandwidth per direction in bytes/s"),
+    "peer_link_bandwidth": (float, "peer (device-to-device) bandwidth per direction per device in bytes/s"),
+    "peer_link_latency_s": (float, "latency of one peer transfer in seconds"),
     "copy_engines": (int, "number of copy (DMA) engines"),
     "launch_latency_s": (float, "kernel launch latency in seconds"),
     "copy_latency_s": (float, "fixed cost of one DMA copy in seconds"),
@@ -37,6 +41,21 @@ _FIELDS: dict[str, tuple[type, str]] = {
     "board_power_w": (float, "board power limit in watts"),
     "matrix_peak": (dict, "dense matrix-unit peak FLOP/s per dtype"),
     "vector_peak": (dict, "vector-unit peak FLOP/s per dtype"),
+    "power": (dict, "power and thermal model constants (see POWER_FIELDS)"),
+}
+
+#: the [power] table: energy per unit of work, static power and a thermal RC model
+POWER_FIELDS: dict[str, str] = {
+    "static_w": "idle/static board power in watts",
+    "matrix_pj_per_flop": "energy per matrix-unit FLOP in picojoules",
+    "vector_pj_per_flop": "energy per vector-unit FLOP in picojoules",
+    "hbm_pj_per_byte": "energy per byte moved to or from HBM in picojoules",
+    "l2_pj_per_byte": "energy per byte served by L2 in picojoules",
+    "thermal_resistance_c_per_w": "junction-to-ambient thermal resistance in degC per watt",
+    "thermal_capacitance_j_per_c": "thermal capacitance in joules per degC",
+    "ambient_c": "ambient (inlet) temperature in degC",
+    "throttle_temp_c": "temperature at which clocks are lowered, degC",
+    "min_clock_fraction": "lowest clock as a fraction of the nominal clock",
 }
 
 
@@ -50,8 +69,12 @@ class ChipSpec:
     hbm_bytes: int
     hbm_bandwidth: float
     l2_bytes: int
+    l2_bandwidth: float
+    registers_per_unit: int
     shared_memory_per_unit: int
     host_link_bandwidth: float
+    peer_link_bandwidth: float
+    peer_link_latency_s: float
     copy_engines: int
     launch_latency_s: float
     copy_latency_s: float
@@ -64,6 +87,7 @@ class ChipSpec:
     board_power_w: float
     matrix_peak: dict[str, float] = field(default_factory=dict)
     vector_peak: dict[str, float] = field(default_factory=dict)
+    power: dict[str, float] = field(default_factory=dict)
     source: str = ""
 
     def peak(self, dtype: str, matrix: bool) -> float:
@@ -121,6 +145,20 @@ def _validate(data: dict, where: str) -> ChipSpec:
             if not isinstance(rate, (int, float)) or rate <= 0:
                 raise SpecError(f"chip spec {where}: {key}.{dt} must be a positive number, got {rate!r}")
         values[key] = {dt: float(rate) for dt, rate in table.items()}
+    power = values["power"]
+    missing_power = [k for k in POWER_FIELDS if k not in power]
+    if missing_power:
+        raise SpecError(f"chip spec {where}: [power] is missing field(s) {', '.join(missing_power)}")
+    unknown_power = sorted(set(power) - set(POWER_FIELDS))
+    if unknown_power:
+        raise SpecError(f"chip spec {where}: [power] has unknown field(s) {', '.join(unknown_power)}")
+    for key, rate in power.items():
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+            raise SpecError(f"chip spec {where}: power.{key} ({POWER_FIELDS[key]}) must be a positive "
+                            f"number, got {rate!r}")
+    values["power"] = {k: float(v) for k, v in power.items()}
+    if values["power"]["min_clock_fraction"] > 1:
+        raise SpecError(f"chip spec {where}: power.min_clock_fraction is a fraction in (0, 1]")
     if "float32" not in values["vector_peak"]:
         raise SpecError(f"chip spec {where}: vector_peak must define float32")
     for key in ("matrix_efficiency", "memory_efficiency"):
