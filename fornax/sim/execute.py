@@ -35,9 +35,35 @@ class Counters:
     bytes_read: int = 0
     bytes_written: int = 0
     instructions: int = 0
+    #: per touched buffer parameter: the absolute byte range [lo, hi) read / written
+    read_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    write_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def add_flops(self, table: dict, dtype: str, n: float) -> None:
         table[dtype] = table.get(dtype, 0.0) + float(n)
+
+    def touch(self, table: dict, name: str, addrs: np.ndarray, itemsize: int) -> None:
+        if addrs.size == 0:
+            return
+        lo, hi = int(addrs.min()), int(addrs.max()) + itemsize
+        if name in table:
+            lo, hi = min(lo, table[name][0]), max(hi, table[name][1])
+        table[name] = (lo, hi)
+
+    @property
+    def footprint_bytes(self) -> int:
+        """Distinct bytes the kernel touched (an upper bound: the span of each buffer's accesses)."""
+        spans = list(self.read_ranges.values()) + list(self.write_ranges.values())
+        spans.sort()
+        total, end = 0, None
+        for lo, hi in spans:
+            if end is None or lo >= end:
+                total += hi - lo
+                end = hi
+            elif hi > end:
+                total += hi - end
+                end = hi
+        return total
 
 
 def _dtype_name(arr: np.ndarray) -> str:
@@ -194,10 +220,12 @@ class _Run:
         if mask is None:
             values = self.space.gather(addrs.ravel(), dtype).reshape(addrs.shape)
             active = addrs.size
+            self.c.touch(self.c.read_ranges, ins.ptr, addrs, dtype.itemsize)
         else:
             values = np.full(addrs.shape, ins.other, dtype=dtype)
             values[mask] = self.space.gather(addrs[mask], dtype)
             active = int(mask.sum())
+            self.c.touch(self.c.read_ranges, ins.ptr, addrs[mask], dtype.itemsize)
         scale = n if addrs.shape[0] == 1 else 1
         self.c.bytes_read += active * dtype.itemsize * scale
         return values
@@ -217,6 +245,7 @@ class _Run:
             addrs, value = addrs[mask], value[mask]
         self.space.scatter(addrs.ravel(), np.ascontiguousarray(value).ravel())
         self.c.bytes_written += addrs.size * dtype.itemsize
+        self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
 
     def dot(self, ins, n: int) -> None:
         a, b, acc = self.regs[ins.a], self.regs[ins.b], self.regs[ins.acc]
