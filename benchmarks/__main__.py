@@ -18,6 +18,8 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
+from . import calibration
+
 REPEATS = 5
 
 
@@ -75,6 +77,7 @@ def main() -> None:
         table.add_row(vendor, f"{wall * 1e3:.3f} ms", f"{wall / torch_s:.1f}x", f"{wall / jax_s:.1f}x",
                       f"{statistics.median(device_times) * 1e6:.1f} µs")
     console.print(table)
+    calibration.main()
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ Schema ``fornax.report/1`` — top-level keys:
 ``seams``      a dict per seam (what it did: counters, formats, choices)
 ``numerics``   list of ``{output, dtype, shape, max_abs_err, max_rel_err, tol, ok}``
 ``costs``      ``device_time_s`` (simulated) and ``host_wall_s`` (measured), kernels,
-               launches, copies and bytes, peak device memory, compile/load costs
+               launches, copies and bytes, peak device memory, compile/load costs,
+               energy, average power, throttled time and peak temperature (simulated)
 ``kernels``    every executed kernel: name, grid, simulated duration, roofline bound
 ``fallbacks``  ops that ran on the CPU, with reasons
 ``errors``     errors raised during the run (a fornax error as a dict)
+``races``      data races the happens-before detector found (both commands named)
 
 Simulated device time and host wall time are different clocks and are never
 added together.
@@ -54,6 +56,8 @@ def manifest(stack, workload: str) -> dict:
         "devices": cfg.devices,
         "seed": cfg.seed,
         "workload": workload,
+        # shape-only mode: no data ran, so numerics is empty and costs come from kernel estimates
+        "meta": bool(getattr(cfg, "meta", False)),
     }
 
 
@@ -82,6 +86,11 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
         "flops": float(sum(k.flops for k in driver.kernel_log)),
         "spec_hbm_bytes": dev.spec.hbm_bytes,
     }
+    power = [d.power.summary(until=costs["device_time_s"]) for d in stack.devices]
+    costs["energy_j"] = sum(p["energy_j"] for p in power)
+    costs["avg_power_w"] = costs["energy_j"] / costs["device_time_s"] if costs["device_time_s"] > 0 else 0.0
+    costs["throttled_s"] = sum(p["throttled_s"] for p in power)
+    costs["peak_temp_c"] = max(p["peak_temp_c"] for p in power)
     return {
         "schema": SCHEMA,
         "manifest": manifest(stack, workload),
@@ -91,6 +100,7 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
         "kernels": kernels,
         "fallbacks": list(result.fallbacks) if result is not None else [],
         "errors": list(errors or []),
+        "races": [r.to_dict() for d in stack.devices for r in d.races],
     }
 
 
@@ -168,6 +178,9 @@ def render(report: dict, console: Console | None = None) -> None:
                        f"{k['flops'] / 1e9:.3f}", _fmt_bytes(k["bytes"]), k["bound"])
         console.print(kt)
 
+    if report["manifest"].get("meta"):
+        console.print("numerics: none — a shape-only (meta) run has no data; "
+                      "kernel costs come from their estimates")
     if report["numerics"]:
         nt = Table(title="numerics vs float64 reference")
         for col in ("output", "dtype", "shape", "max abs err", "max rel err", "tol", "ok"):
@@ -190,6 +203,11 @@ def render(report: dict, console: Console | None = None) -> None:
     ct.add_row("peak device memory", _fmt_bytes(c["peak_device_bytes"]))
     ct.add_row("compile (host wall)", _fmt_time(c["compile_wall_s"]))
     ct.add_row("module JIT / IL build (simulated, driver)", _fmt_time(c["module_build_s"]))
+    if "energy_j" in c:
+        ct.add_row("energy (simulated)", f"{c['energy_j']:.4g} J")
+        ct.add_row("average power", f"{c['avg_power_w']:.1f} W")
+        ct.add_row("time at a throttled clock", _fmt_time(c["throttled_s"]))
+        ct.add_row("peak temperature", f"{c['peak_temp_c']:.1f} °C")
     console.print(ct)
 
     if report["fallbacks"]:
@@ -199,5 +217,17 @@ def render(report: dict, console: Console | None = None) -> None:
         for f in report["fallbacks"]:
             ft.add_row(f["op"], f["reason"])
         console.print(ft)
+    if report.get("races"):
+        rt = Table(title=f"data races ({len(report['races'])}, simulated device)")
+        for col in ("kind", "bytes", "first", "second"):
+            rt.add_column(col)
+        for r in report["races"][:20]:
+            a, b = r["first"], r["second"]
+            rt.add_row(r["kind"], f"[{r['range'][0]:#x}, {r['range'][1]:#x})",
+                       f"{a['kind']} {a['label']} ({a['access']} {a['param']}) on queue {a['queue']}, "
+                       f"{_fmt_time(a['start_s'])}-{_fmt_time(a['end_s'])}",
+                       f"{b['kind']} {b['label']} ({b['access']} {b['param']}) on queue {b['queue']}, "
+                       f"{_fmt_time(b['start_s'])}-{_fmt_time(b['end_s'])}")
+        console.print(rt)
     for e in report["errors"]:
         console.print(f"[red]error[/] {e['message']}")

@@ -7,6 +7,8 @@ SEAM=V`` overrides one) or from a TOML file::
     vendor = "rocm-like"        # every seam, unless overridden below
     spec = "h200-like"
     devices = 1
+    topology = "switch"         # fabric between devices: switch, mesh or ring
+    meta = false                # shape-only mode: shapes, memory and costs, no data
     seed = 0
 
     [stack.seams]
@@ -38,14 +40,17 @@ from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
 from .sim.faults import SpecError
 from .sim.spec import ChipSpec, load_spec
+from .sim.topology import KINDS as TOPOLOGY_KINDS
+from .sim.topology import Topology
 
 BUILTIN = {
     "cuda-like": "fornax.vendors.cuda_like:VENDOR",
     "rocm-like": "fornax.vendors.rocm_like:VENDOR",
     "xpu-like": "fornax.vendors.xpu_like:VENDOR",
+    "null": "fornax.vendors.null:VENDOR",
 }
 DEFAULT_SPEC = "h200-like"
-_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams"}
+_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta"}
 
 
 def _load_object(ref: str, name: str) -> Vendor:
@@ -83,9 +88,12 @@ class StackConfig:
     spec: str = DEFAULT_SPEC
     devices: int = 1
     seed: int = 0
+    topology: str = "switch"
+    meta: bool = False             # shape-only devices: no data, costs from kernel estimates
 
     def describe(self) -> dict:
-        return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed}
+        return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
+                "topology": self.topology, "meta": self.meta}
 
 
 def parse_seam_overrides(items) -> dict[str, str]:
@@ -104,9 +112,15 @@ def parse_seam_overrides(items) -> dict[str, str]:
 
 def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 spec: str | None = None, devices: int | None = None, seed: int | None = None,
-                base: StackConfig | None = None) -> StackConfig:
+                base: StackConfig | None = None, topology: str | None = None,
+                meta: bool | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
+    if base is not None:
+        cfg.topology = base.topology
+    if topology is not None:
+        cfg.topology = topology
+    cfg.meta = bool(meta) if meta is not None else (base.meta if base is not None else False)
     if vendor is not None:
         cfg.seams = {s: vendor for s in SEAMS}
     for seam, v in (seams or {}).items():
@@ -125,6 +139,9 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
         cfg.seed = seed
     if not isinstance(cfg.devices, int) or isinstance(cfg.devices, bool) or cfg.devices < 1:
         raise ConfigError(f"devices must be a positive integer, got {cfg.devices!r}")
+    if not isinstance(cfg.topology, str) or cfg.topology not in TOPOLOGY_KINDS:
+        raise ConfigError(f"unknown topology {cfg.topology!r}; choose one of: "
+                          f"{', '.join(TOPOLOGY_KINDS)}")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {cfg.seed!r}")
     refs = vendor_refs()
@@ -165,7 +182,11 @@ def load_config(path: str | Path) -> StackConfig:
     for key, typ in (("vendor", str), ("spec", str)):
         if key in stack and not isinstance(stack[key], typ):
             raise ConfigError(f"config file {p}: {key} must be a string, got {stack[key]!r}")
-    base = StackConfig({}, stack.get("spec", DEFAULT_SPEC), stack.get("devices", 1), stack.get("seed", 0))
+    base = StackConfig({}, stack.get("spec", DEFAULT_SPEC), stack.get("devices", 1), stack.get("seed", 0),
+                       stack.get("topology", "switch"))
+    if not isinstance(stack.get("meta", False), bool):
+        raise ConfigError(f"config file {p}: meta must be true or false, got {stack['meta']!r}")
+    base.meta = stack.get("meta", False)
     return make_config(stack.get("vendor"), seams, base=base)
 
 
@@ -182,6 +203,7 @@ class Stack:
     framework: object
     target: Target
     negotiation: dict = field(default_factory=dict)
+    topology: Topology | None = None     # the fabric joining the devices
 
     def seam(self, name: str):
         return getattr(self, name)
@@ -196,7 +218,12 @@ def compose(config: StackConfig) -> Stack:
     except SpecError as exc:
         raise ConfigError(str(exc)) from None
     vendors = {seam: get_vendor(config.seams[seam]) for seam in SEAMS}
-    devices = [Device(spec, i) for i in range(config.devices)]
+    devices = [Device(spec, i, meta=config.meta) for i in range(config.devices)]
+    try:
+        topology = Topology.build(spec, config.devices, config.topology)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    topology.connect(devices)
     driver = vendors["driver"].driver(devices)
     loadable = tuple(driver.loadable_formats(0))
     runtime = vendors["runtime"].runtime(driver)
@@ -219,8 +246,9 @@ def compose(config: StackConfig) -> Stack:
     props = driver.properties(0)
     target = Target(props.target, chosen, props.compute_units)
     framework = vendors["framework"].framework(compiler, library, runtime, target)
+    framework.meta = config.meta
     negotiation = {"driver_loads": list(loadable), "compiler_emits": list(emits),
                    "compiler_format": chosen, "library_ships": list(shipped),
                    "library_formats_usable": lib_ok, "target": props.target}
     return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
-                 target, negotiation)
+                 target, negotiation, topology)

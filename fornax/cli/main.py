@@ -19,8 +19,9 @@ from rich.table import Table
 from .. import report as report_mod
 from ..layers.errors import ConfigError, FornaxError
 from ..scenarios.workloads import DEFAULT_WORKLOAD, WORKLOADS, get_workload, numerics
-from ..sim.faults import SimError, SpecError
+from ..sim.faults import FaultPlan, FaultPlanError, SimError, SpecError
 from ..sim.spec import available_specs, load_spec
+from ..sim.trace import chrome_trace
 from ..stack import compose, load_config, make_config, parse_seam_overrides
 
 
@@ -64,36 +65,62 @@ def main() -> None:
               help=f"Workload to run (default {DEFAULT_WORKLOAD}; see `fornax workloads`).")
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
+@click.option("--devices", type=int, default=None, metavar="N",
+              help="Simulated devices joined by the topology (default 1; the run uses device 0).")
+@click.option("--topology", default=None, metavar="KIND",
+              help="Fabric between the devices: switch (default), mesh or ring.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
+@click.option("--meta", is_flag=True, default=None,
+              help="Shape-only mode: shapes, memory and costs, no data (no numerics).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write a Chrome/Perfetto trace of the simulated timeline to FILE.")
+@click.option("--inject", default=None, metavar="KIND[@N]", hidden=True,
+              help="Fault drill: inject faults (comma-separated KIND[@N]) on every device.")
 @debug_option
 @handle_errors
-def compose_cmd(vendor, seams, config_path, workload, spec, seed, as_json, debug):
+def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
+                inject=None, trace_path=None, meta=None):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
         raise ConfigError("no stack given: use --vendor V, --seam SEAM=V for every seam, or --config FILE")
-    cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base)
+    cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base,
+                      devices=devices, topology=topology, meta=meta)
     wl = get_workload(workload or DEFAULT_WORKLOAD)
     stack = compose(cfg)
+    if inject:
+        try:
+            plan = FaultPlan.parse(inject, seed=cfg.seed)
+        except FaultPlanError as exc:
+            raise ConfigError(f"--inject: {exc}") from None
+        for device in stack.devices:
+            device.inject(plan)
     graph, feeds = wl.build(cfg.seed)
     t0 = time.perf_counter()
     errors, result, nums = [], None, []
     try:
         result = stack.run(graph, feeds)
-        nums = numerics(graph, result.outputs, feeds)
+        nums = [] if cfg.meta else numerics(graph, result.outputs, feeds)   # meta: no data to compare
     except FornaxError as exc:
         if debug:
             raise
         errors.append(exc.to_dict())
+        failed = str(exc)                   # the message with the vendor code and the hint
     wall = time.perf_counter() - t0
     rep = report_mod.build(stack, wl.name, result, nums, wall, errors)
+    if trace_path:
+        try:
+            with open(trace_path, "w", encoding="utf-8") as fh:
+                json.dump(chrome_trace(stack.devices), fh)
+        except OSError as exc:
+            raise ConfigError(f"--trace: cannot write {trace_path}: {exc.strerror or exc}") from None
     if as_json:
         click.echo(json.dumps(rep, indent=2, default=str))
     else:
         report_mod.render(rep, Console())
     if errors:
         if not as_json:
-            _fail(errors[0]["message"], 1)
+            _fail(failed, 1)
         sys.exit(1)
     if not all(n["ok"] for n in nums):
         if not as_json:
@@ -142,5 +169,10 @@ def workloads():
     Console().print(t)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+from .conform import conform  # noqa: E402  (subcommands import this module's helpers)
+
+main.add_command(conform)
+
+from .cost import cost  # noqa: E402
+
+main.add_command(cost)

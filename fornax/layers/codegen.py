@@ -25,6 +25,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..sim import isa
 from .errors import CompileError
 from .graph import DType, Node, Value
@@ -39,6 +41,8 @@ ELEMENTWISE = {
     "lt": ("binary", "lt"), "gt": ("binary", "gt"), "eq": ("binary", "eq"),
 }
 REDUCTIONS = {"reduce_sum": "sum", "reduce_max": "max"}
+#: layout ops: lowered as loads through a rearranged index
+LAYOUT = ("transpose", "reshape", "broadcast_to")
 IDENTITY = {"sum": 0.0, "max": -math.inf}
 
 
@@ -165,6 +169,8 @@ class Emitter:
             reg = kb.emit(isa.Where(kb.reg(), c, a, b))
         elif node.op == "cast":
             reg = kb.emit(isa.Convert(kb.reg(), self.value(node.inputs[0]), out.dtype.value))
+        elif node.op in LAYOUT:
+            reg = self.layout(node)
         elif node.op in REDUCTIONS:
             fn = REDUCTIONS[node.op]
             x = self.value(node.inputs[0])
@@ -176,6 +182,28 @@ class Emitter:
             raise CompileError(f"no code generator for op {node.op!r}", seam="compiler", op=node.op)
         self.regs[id(out)] = reg
         return reg
+
+    def layout(self, node: Node) -> str:
+        """Load a layout op's operand through a rearranged index (no compute of its own)."""
+        kb, src, out = self.kb, node.inputs[0], node.outputs[0]
+        operand = self.inputs.get(id(src))
+        if operand is None or id(src) in self.regs:
+            raise CompileError(f"kernel {kb.name}: {node.op} must read its operand from memory",
+                               seam="compiler", op=node.op)
+        rank = len(self.space)
+        out_index = self.index[rank - len(out.shape):]
+        if node.op == "transpose":
+            perm = node.attrs.get("perm") or tuple(reversed(range(len(src.shape))))
+            src_index: list[str | None] = [None] * len(src.shape)
+            for j, p in enumerate(perm):
+                src_index[p] = out_index[j]
+            offs = _offsets(kb, src.shape, src.shape, src_index)
+        elif node.op == "reshape":
+            # a contiguous tensor keeps its flat order: the offset is the output's flat index
+            offs = _offsets(kb, out.shape, out.shape, out_index)
+        else:  # broadcast_to
+            offs = _offsets(kb, src.shape, out.shape, out_index)
+        return kb.emit(isa.Load(kb.reg(), operand.param, offs, self.mask))
 
     def store(self, v: Value, param: str, mask: str | None) -> None:
         offs = _offsets(self.kb, v.shape, self.space, self.index)
@@ -214,7 +242,8 @@ def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     for v in outputs:
         em.store(v, outs[id(v)].param, mask)
     grid = (math.ceil(n / block), 1, 1)
-    return kb.program(group_size=group_size, kind="pointwise", block=block), grid
+    program = kb.program(group_size=group_size, kind="pointwise", block=block)
+    return _attach(program, pointwise_estimate(program, grid, mask, n, ins, outs)), grid
 
 
 def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs: list[Value],
@@ -246,7 +275,13 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
             offs = _offsets(kb, tuple(s for d, s in enumerate(space) if d != axis) or (1,),
                             outer or (1,), row_index or [None])
             kb.emit(isa.Store(outs[id(v)].param, offs, em.value(v), None))
-    return kb.program(group_size=group_size, kind="reduction", width=width), (rows, 1, 1)
+    program = kb.program(group_size=group_size, kind="reduction", width=width)
+    grid = (rows, 1, 1)
+    est = static_counters(program, grid, {mask: rows * length} if mask is not None else {})
+    est.update(kind="counters",
+               read=_footprint([(o.param, o.value.type.nbytes) for o in ins.values()]),
+               write=_footprint([(o.param, o.value.type.nbytes) for o in outs.values()]))
+    return _attach(program, est), grid
 
 
 def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | str, batch: int,
@@ -334,6 +369,152 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
             em.store(v, outs[id(v)].param, out_mask)
     meta = dict(group_size=group_size, kind="gemm", tile=[bm, bn, bk])
     if not isinstance(m, int):
-        return kb.program(**meta), None
+        # shape-generic: the device evaluates the estimate from the launch's sizes and grid
+        est = {"kind": "gemm", "m": m, "n": n, "k": k, "batch": "grid", "dtype": dt,
+               "tile": [bm, bn, bk], "b_batched": b_batched}
+        return _attach(kb.program(**meta), est), None
     grid = (math.ceil(n / bn), math.ceil(m / bm), batch)
-    return kb.program(**meta), grid
+    item = dtype.itemsize
+    est = {"kind": "gemm", "m": m, "n": n, "k": k, "batch": batch, "dtype": dt,
+           "tile": [bm, bn, bk], "b_batched": b_batched,
+           "read": {"a": [0, batch * m * k * item], "b": [0, (batch if b_batched else 1) * k * n * item]}}
+    if not epilogue:
+        est["write"] = {"c": [0, batch * m * n * item]}
+    else:
+        lanes = grid[0] * grid[1] * grid[2] * bm * bn
+        vec: dict[str, float] = {}
+        for node in epilogue:
+            if node.op in ELEMENTWISE:
+                d = node.inputs[0].dtype.value
+                vec[d] = vec.get(d, 0.0) + float(lanes)
+        est["epilogue"] = {
+            "vector_flops": vec,
+            "bytes_read": sum(batch * m * n * op.value.dtype.itemsize for op in ins.values()),
+            "bytes_written": sum(batch * m * n * op.value.dtype.itemsize for op in outs.values())}
+        est["read"].update(_footprint([(op.param, op.value.type.nbytes) for op in ins.values()]))
+        est["write"] = _footprint([(op.param, op.value.type.nbytes) for op in outs.values()])
+    return _attach(kb.program(**meta), est), grid
+
+
+# ---- cost estimates (what the executor would count, without executing) -----------------------
+def _bcast(*tiles: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*tiles))
+
+
+def static_counters(program: isa.Program, grid: tuple[int, int, int],
+                    active: dict[str, int] | None = None, args: dict | None = None) -> dict:
+    """Count a program's work the way the executor does, from tile shapes alone.
+
+    Registers are followed by tile shape, dtype and whether they vary across
+    instances; ``active`` gives, for each mask register, how many of its
+    lanes (over all instances) are true — the one thing that needs the
+    kernel's meaning rather than its shapes.  Vector FLOPs (index arithmetic
+    included), matrix FLOPs and the bytes of every load and store come out
+    as the executor counts them.  Loop trip counts come from the program or,
+    for scalar bounds, from ``args``.
+    """
+    active = active or {}
+    args = args or {}
+    n = grid[0] * grid[1] * grid[2]
+    params = {p.name: p for p in program.params}
+    regs: dict[str, tuple[tuple[int, ...], str, bool]] = {}
+    out = {"instances": n, "matrix_flops": {}, "vector_flops": {}, "bytes_read": 0,
+           "bytes_written": 0, "instructions": 0}
+
+    def flops(table: str, dtype: str, amount: float) -> None:
+        out[table][dtype] = out[table].get(dtype, 0.0) + float(amount)
+
+    def lanes(mask: str | None, tile: tuple[int, ...], varying: bool) -> int:
+        """Active lanes of an access of ``tile`` over all instances."""
+        if mask is None:
+            return n * math.prod(tile)
+        mtile = regs[mask][0]
+        return active[mask] * math.prod(tile) // math.prod(mtile)
+
+    def walk(body, reps: int) -> None:
+        for ins in body:
+            out["instructions"] += reps
+            t = type(ins)
+            if t is isa.ProgramId:
+                regs[ins.dst] = ((), "int64", True)
+            elif t is isa.Arange:
+                regs[ins.dst] = ((ins.n,), "int64", False)
+            elif t is isa.Const:
+                regs[ins.dst] = ((), ins.dtype, False)
+            elif t is isa.ScalarArg:
+                regs[ins.dst] = ((), params[ins.param].dtype, False)
+            elif t is isa.Unary:
+                tile, dt, var = regs[ins.src]
+                flops("vector_flops", dt, reps * n * math.prod(tile))
+                regs[ins.dst] = (tile, dt, var)
+            elif t is isa.Binary:
+                (ta, da, va), (tb, _, vb) = regs[ins.a], regs[ins.b]
+                tile = _bcast(ta, tb)
+                flops("vector_flops", da, reps * n * math.prod(tile))
+                res = "bool" if ins.fn in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or") else da
+                regs[ins.dst] = (tile, res, va or vb)
+            elif t is isa.Where:
+                (tc, _, vc), (ta, da, va), (tb, _, vb) = regs[ins.cond], regs[ins.a], regs[ins.b]
+                regs[ins.dst] = (_bcast(tc, ta, tb), da, vc or va or vb)
+            elif t is isa.Convert:
+                tile, _, var = regs[ins.src]
+                regs[ins.dst] = (tile, ins.dtype, var)
+            elif t in (isa.Reshape, isa.Broadcast):
+                _, dt, var = regs[ins.src]
+                regs[ins.dst] = (tuple(ins.shape), dt, var)
+            elif t is isa.Reduce:
+                tile, dt, var = regs[ins.src]
+                flops("vector_flops", dt, reps * (n if var else 1) * math.prod(tile))
+                ax = ins.axis if ins.axis >= 0 else len(tile) + ins.axis
+                regs[ins.dst] = (tuple(1 if d == ax else s for d, s in enumerate(tile)), dt, var)
+            elif t is isa.Load:
+                to, _, vo = regs[ins.offsets]
+                tm, _, vm = regs[ins.mask] if ins.mask is not None else ((), "bool", False)
+                tile = _bcast(to, tm)
+                item = isa.np_dtype(params[ins.ptr].dtype).itemsize
+                out["bytes_read"] += reps * lanes(ins.mask, tile, vo or vm) * item
+                regs[ins.dst] = (tile, params[ins.ptr].dtype, vo or vm)
+            elif t is isa.Store:
+                to, _, vo = regs[ins.offsets]
+                tv, _, vv = regs[ins.value]
+                tm, _, vm = regs[ins.mask] if ins.mask is not None else ((), "bool", False)
+                tile = _bcast(to, tv, tm)
+                item = isa.np_dtype(params[ins.ptr].dtype).itemsize
+                if ins.mask is None:
+                    count = (n if (vo or vv) else 1) * math.prod(tile)
+                else:
+                    count = lanes(ins.mask, tile, True)
+                out["bytes_written"] += reps * count * item
+            elif t is isa.Dot:
+                (ta, da, _), (tb, _, _) = regs[ins.a], regs[ins.b]
+                flops("matrix_flops", da, reps * 2.0 * ta[0] * tb[1] * ta[1] * n)
+                regs[ins.dst] = (regs[ins.acc][0], ins.acc_dtype, True)
+            elif t is isa.Loop:
+                stop = ins.stop if isinstance(ins.stop, int) else None
+                if stop is None:
+                    src = next(i for i in program.instructions()
+                               if getattr(i, "dst", None) == ins.stop)
+                    stop = int(args[src.param])
+                regs[ins.var] = ((), "int64", False)
+                walk(ins.body, reps * len(range(ins.start, stop, ins.step)))
+    walk(program.body, 1)
+    return out
+
+
+def _attach(program: isa.Program, estimate: dict) -> isa.Program:
+    program.meta["estimate"] = estimate
+    return program
+
+
+def _footprint(params: list[tuple[str, int]]) -> dict:
+    """Byte ranges [0, nbytes) relative to each parameter's base (every element touched)."""
+    return {name: [0, nbytes] for name, nbytes in params}
+
+
+def pointwise_estimate(program: isa.Program, grid, mask: str, numel: int,
+                       inputs: dict, outputs: dict) -> dict:
+    est = static_counters(program, grid, {mask: numel})
+    est.update(kind="counters",
+               read=_footprint([(o.param, o.value.type.nbytes) for o in inputs.values()]),
+               write=_footprint([(o.param, o.value.type.nbytes) for o in outputs.values()]))
+    return est

@@ -63,6 +63,15 @@ class LibraryStep:
     ops: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class CollectiveStep:
+    routine: str                   # "all_reduce"
+    buffers: dict                  # {"x": in, "y": out} buffer ids
+    nbytes: int
+    ranks: int
+    ops: tuple[str, ...]
+
+
 @dataclass
 class CompiledGraph:
     """A launch plan: buffers, one module of kernels, and the steps in order."""
@@ -100,10 +109,14 @@ def decompose(graph: Graph, keep: frozenset = frozenset()) -> Graph:
     for node in graph.nodes:
         opdef = OPS[node.op]
         args = [env[id(v)] for v in node.inputs]
+        if node.op == "all_reduce" and node.attrs.get("ranks") == 1:
+            env[id(node.outputs[0])] = args[0]       # a sum over one rank is the value itself
+            continue
         if opdef.decompose is not None and node.op not in keep:
             res = opdef.decompose(out, args, node.attrs)
         else:
             res = out.op(node.op, *args, **node.attrs)
+            out.rename(res, node.outputs[0].name, strict=False)   # buffers keep the graph's names
         env[id(node.outputs[0])] = res
     out.output(*(env[id(v)] for v in graph.outputs))
     return out
@@ -158,6 +171,15 @@ def fuse(graph: Graph, library_ops: frozenset) -> list[Group]:
                 cur = start(Group("reduction", [node], x.shape, axis))
             if not keep:
                 cur.closed = True
+            continue
+        if kind == "collective":
+            start(Group("collective", [node], out.shape, closed=True))
+            cur = None
+            continue
+        if kind == "layout":
+            # a layout op reads its operand through a rearranged index: it opens a new
+            # pointwise kernel (over its output), and elementwise consumers may fuse after it
+            cur = start(Group("pointwise", [node], out.shape))
             continue
         if kind != "elementwise":
             raise CompileError(f"no lowering for {kind} op {node.op!r} (decompose it first)",
@@ -299,6 +321,12 @@ class CompilerBase:
         for gi, (group, (ins, outs)) in enumerate(zip(groups, io)):
             ops = tuple(n.op for n in group.nodes)
             name = f"{graph.name}_{gi}_{group.kind}"
+            if group.kind == "collective":
+                node = group.nodes[0]
+                x, y = node.inputs[0], node.outputs[0]
+                steps.append(CollectiveStep(node.op, {"x": buf(x, "temp"), "y": buf(y, "temp")},
+                                            y.type.nbytes, node.attrs["ranks"], ops))
+                continue
             if group.kind == "library":
                 node = group.nodes[0]
                 a, b = node.inputs

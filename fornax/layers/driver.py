@@ -22,7 +22,7 @@ import numpy as np
 from ..sim.device import Device
 from ..sim.faults import InvalidProgram, PageFault, SimError
 from ..sim.isa import Program
-from ..sim.memory import AddressSpace, MemoryKind
+from ..sim.memory import AddressSpace, MemoryKind, defer
 from ..sim.timeline import HardwareQueue, Packet, Semaphore
 from .binary import ContainerError, KernelBinary
 from .errors import ErrorTable, FornaxError
@@ -89,6 +89,7 @@ class Queue(Protocol):
     def copy_h2d(self, dst: int, src: np.ndarray) -> None: ...
     def copy_d2h(self, dst: np.ndarray, src: int) -> None: ...
     def copy_d2d(self, dst: int, src: int, nbytes: int) -> None: ...
+    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None: ...
     def record(self) -> Marker: ...
     def wait(self, marker: Marker) -> None: ...
     def synchronize(self) -> None: ...
@@ -108,6 +109,8 @@ class Driver(Protocol):
     def load_module(self, ctx: Context, binary: KernelBinary) -> Module: ...
     def create_queue(self, ctx: Context) -> Queue: ...
     def synchronize(self, ctx: Context) -> None: ...
+    def can_access_peer(self, index: int, peer: int) -> bool: ...
+    def enable_peer_access(self, ctx: Context, peer_ctx: Context) -> None: ...
     def report(self) -> dict: ...
 
 
@@ -142,12 +145,17 @@ class DriverBase:
         self.calls: dict[str, str] = d["calls"]
         self.formats: dict[str, dict] = d["formats"]
         self.sticky_conditions = set(e.get("sticky", ()))
+        self.lost_conditions = set(e.get("lost", ()))     # faults that lose the whole device
+        self.lost: dict[int, FornaxError] = {}            # device index -> the error that lost it
         self.devices = list(devices)
         self.contexts: list[Context] = []
         self.counts = {"contexts": 0, "modules_loaded": 0, "jit_compiles": 0, "il_builds": 0,
                        "launches": 0, "copies": 0, "h2d_bytes": 0, "d2h_bytes": 0, "d2d_bytes": 0,
-                       "allocations": 0}
+                       "allocations": 0, "peer_bytes": 0}
         self.kernel_log: list[KernelRecord] = []
+        self.counts["resets"] = 0
+        self.peer_rule: str | None = d.get("peer", {}).get("rule")    # "explicit" or "query"
+        self._peer_enabled: set[tuple[int, int]] = set()   # (context handle, peer context handle)
         self.module_load_s = 0.0
 
     def fail(self, condition: str, message: str, *, call: str | None = None,
@@ -160,19 +168,40 @@ class DriverBase:
         """Map a simulator fault; make the context sticky if this family does so."""
         err = self.errors.from_fault(exc, op=self.calls.get(call, call),
                                      hint=self._fault_hint(exc))
-        if exc.kind in self.sticky_conditions:
+        if exc.kind in self.lost_conditions:
+            self.lost[self.devices.index(ctx.device)] = err
+        elif exc.kind in self.sticky_conditions:
             ctx.sticky = err
         return err
 
     def _fault_hint(self, exc: SimError) -> str | None:
+        if exc.kind in self.lost_conditions:
+            return f"the device is unusable until it is reset ({self.calls.get('reset', 'reset')})"
         if isinstance(exc, PageFault):
             return "check kernel indexing and buffer sizes; the context must be destroyed or reset"
+        if exc.kind in self.sticky_conditions:
+            return "the context must be destroyed (or the device reset)"
         return None
+
+    def _check_lost(self, dev: Device, call: str) -> None:
+        """A lost device fails every call with the code that lost it, until reset."""
+        index = self.devices.index(dev)
+        lost = self.lost.get(index)
+        if lost is None and dev.lost is not None:
+            lost = self.errors.from_fault(dev.lost, op=self.calls.get(call, call),
+                                          hint=self._fault_hint(dev.lost))
+            self.lost[index] = lost
+        if lost is not None:
+            raise self.errors.error(
+                lost.code.name, f"device {index} is unusable after an earlier error ({lost.message})",
+                op=self.calls.get(call, call),
+                hint=f"reset the device ({self.calls.get('reset', 'reset')})")
 
     def check(self, ctx: Context, call: str) -> None:
         if not isinstance(ctx, Context) or not ctx.live:
             raise self.fail("invalid_context", "the context was destroyed or is not a context",
                             call=call)
+        self._check_lost(ctx.device, call)
         if ctx.sticky is not None:
             raise self.errors.error(
                 ctx.sticky.code.name,
@@ -208,7 +237,14 @@ class DriverBase:
     # -- contexts and memory ----------------------------------------------
     def create_context(self, index: int) -> Context:
         dev = self._device(index, "create_context")
+        self._check_lost(dev, "create_context")
         ctx = Context(next(_handles), dev, dev.memory.create_space())
+        if self.peer_rule == "query":
+            # no enable call in this family: contexts reach every peer the query allows
+            for other in self.contexts:
+                if other.live and self.can_access_peer(index, self.devices.index(other.device)):
+                    ctx.space.grant_peer(other.space)
+                    other.space.grant_peer(ctx.space)
         self.contexts.append(ctx)
         self.counts["contexts"] += 1
         return ctx
@@ -218,6 +254,68 @@ class DriverBase:
             raise self.fail("invalid_context", "context already destroyed", call="destroy_context")
         ctx.device.memory.destroy_space(ctx.space)
         ctx.live = False
+        for other in self.contexts:
+            other.space.revoke_peer(ctx.space)
+        self._peer_enabled = {p for p in self._peer_enabled if ctx.handle not in p}
+
+    def reset(self, index: int) -> None:
+        """Reset device ``index`` (the family's call is ``[driver.calls] reset``): destroy
+        every context on it and all their mappings, clear its lost state and failed
+        hardware queues.  Old handles and addresses are invalid; new contexts work."""
+        dev = self._device(index, "reset")
+        for ctx in list(self.contexts):
+            if ctx.device is dev and ctx.live:
+                self.destroy_context(ctx)
+        dev.reset()
+        self.lost.pop(index, None)
+        self.counts["resets"] += 1
+
+    # -- peer access ----------------------------------------------------------
+    def can_access_peer(self, index: int, peer: int) -> bool:
+        """Whether device ``index`` can reach device ``peer``'s memory over a fabric."""
+        dev = self._device(index, "can_access_peer")
+        other = self._device(peer, "can_access_peer")
+        return dev is not other and dev.topology is not None and dev.topology is other.topology
+
+    def enable_peer_access(self, ctx: Context, peer_ctx: Context) -> None:
+        """Let ``ctx`` (its kernels and copies) access memory of ``peer_ctx`` on another
+        device.  One direction only; the family's ``[driver.peer] rule`` decides whether
+        this call exists ("explicit") or access simply follows the query ("query")."""
+        call = "enable_peer_access"
+        self.check(ctx, call)
+        self.check(peer_ctx, call)
+        if self.peer_rule != "explicit":
+            query = self.calls.get("can_access_peer", "can_access_peer")
+            raise self.fail("not_supported", f"{self.facts['driver']['api']} has no call to enable "
+                            "peer access", call=call,
+                            hint=f"ask {query}; where it says yes, access needs no enable call")
+        a, b = self.devices.index(ctx.device), self.devices.index(peer_ctx.device)
+        if a == b:
+            raise self.fail("invalid_device", f"both contexts are on device {a}; peer access is "
+                            "between two devices", call=call)
+        if not self.can_access_peer(a, b):
+            raise self.fail("peer_access_unsupported", f"device {a} cannot access device {b} "
+                            "(no fabric joins them)", call=call,
+                            hint="compose the stack with devices > 1 so a topology joins them")
+        if (ctx.handle, peer_ctx.handle) in self._peer_enabled:
+            raise self.fail("peer_access_already_enabled", f"peer access from device {a} to "
+                            f"device {b} is already enabled for this context", call=call)
+        ctx.space.grant_peer(peer_ctx.space)
+        self._peer_enabled.add((ctx.handle, peer_ctx.handle))
+
+    def disable_peer_access(self, ctx: Context, peer_ctx: Context) -> None:
+        """Undo :meth:`enable_peer_access` for this one direction."""
+        call = "disable_peer_access"
+        self.check(ctx, call)
+        self.check(peer_ctx, call)
+        if self.peer_rule != "explicit":
+            raise self.fail("not_supported", f"{self.facts['driver']['api']} has no call to disable "
+                            "peer access", call=call)
+        if (ctx.handle, peer_ctx.handle) not in self._peer_enabled:
+            raise self.fail("peer_access_not_enabled", "peer access to that context was never "
+                            "enabled from this context", call=call)
+        ctx.space.revoke_peer(peer_ctx.space)
+        self._peer_enabled.discard((ctx.handle, peer_ctx.handle))
 
     def allocate(self, ctx: Context, nbytes: int, kind: str = "device") -> int:
         self.check(ctx, "allocate")
@@ -313,6 +411,9 @@ class DriverBase:
             "devices": [self.target(i) for i in range(len(self.devices))],
             "loadable_formats": list(self.formats),
             **self.counts,
+            "ecc_corrected": sum(d.ecc_corrected for d in self.devices),
+            "devices_lost": sorted(self.lost),
+            "races": [r.to_dict() for d in self.devices for r in d.timeline.races],
             "kernels_executed": len(self.kernel_log),
             "module_load_s": self.module_load_s,
         }
@@ -385,6 +486,11 @@ class QueueBase:
             flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
             d.kernel_log.append(KernelRecord(entry, grid, cost.duration_s, flops,
                                              counters.bytes_read + counters.bytes_written, cost.bound))
+            device.timeline.annotate(
+                reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
+                writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
+                grid=list(grid), flops=flops, bytes=counters.bytes_read + counters.bytes_written,
+                bound=cost.bound)
             return cost.duration_s
 
         return work
@@ -404,22 +510,30 @@ class QueueBase:
     def copy_h2d(self, dst: int, src: np.ndarray) -> None:
         d = self.driver
         d.check(self.ctx, "copy_h2d")
-        data = np.ascontiguousarray(src).tobytes()        # staged at submit, as pageable memory is
-        self._check_range(dst, len(data), "copy_h2d")
+        meta = self.device.meta            # shape-only: priced and counted, no bytes move
+        data = b"" if meta else np.ascontiguousarray(src).tobytes()  # staged at submit, as pageable memory is
+        size = int(src.nbytes) if meta else len(data)
+        self._check_range(dst, size, "copy_h2d")
         d.counts["copies"] += 1
-        d.counts["h2d_bytes"] += len(data)
+        d.counts["h2d_bytes"] += size
         space, device = self.ctx.space, self.device
 
         def work() -> float:
-            space.write(int(dst), data)
-            return device.copy_duration(len(data), "h2d")
+            duration = device.copy_duration(size, "h2d")     # first: a fault stops the copy
+            if not meta:
+                space.write(int(dst), data)
+            device.timeline.annotate(writes=[(int(dst), int(dst) + size, "dst")],
+                                     bytes=size, direction="h2d")
+            return duration
 
-        self._push("copy", work, f"h2d {len(data)}B", "copy")
+        self._push("copy", work, f"h2d {size}B", "copy")
 
     def copy_d2h(self, dst: np.ndarray, src: int) -> None:
         d = self.driver
         d.check(self.ctx, "copy_d2h")
-        if not (isinstance(dst, np.ndarray) and dst.flags.c_contiguous and dst.flags.writeable):
+        meta = self.device.meta            # shape-only: dst may be a shape descriptor; no bytes move
+        if not meta and not (isinstance(dst, np.ndarray) and dst.flags.c_contiguous
+                             and dst.flags.writeable):
             raise d.fail("invalid_value", "the host destination must be a writable contiguous array",
                          call="copy_d2h")
         nbytes = dst.nbytes
@@ -427,11 +541,16 @@ class QueueBase:
         d.counts["copies"] += 1
         d.counts["d2h_bytes"] += nbytes
         space, device = self.ctx.space, self.device
-        out = dst.reshape(-1).view(np.uint8)
+        out = None if meta else dst.reshape(-1).view(np.uint8)
 
         def work() -> float:
-            out[:] = np.frombuffer(space.read(int(src), nbytes), dtype=np.uint8)
-            return device.copy_duration(nbytes, "d2h")
+            duration = device.copy_duration(nbytes, "d2h")
+            # the host buffer fills when the copy completes, like device memory does
+            if not meta:
+                defer(np.copyto, out, np.frombuffer(space.read(int(src), nbytes), dtype=np.uint8))
+            device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
+                                     bytes=nbytes, direction="d2h")
+            return duration
 
         self._push("copy", work, f"d2h {nbytes}B", "copy")
 
@@ -445,10 +564,53 @@ class QueueBase:
         space, device = self.ctx.space, self.device
 
         def work() -> float:
-            space.write(int(dst), space.read(int(src), nbytes))
-            return device.copy_duration(nbytes, "d2d")
+            duration = device.copy_duration(nbytes, "d2d")
+            if not device.meta:
+                space.write(int(dst), space.read(int(src), nbytes))
+            device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
+                                     writes=[(int(dst), int(dst) + nbytes, "dst")],
+                                     bytes=nbytes, direction="d2d")
+            return duration
 
         self._push("copy", work, f"d2d {nbytes}B", "copy")
+
+    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from ``src`` in this queue's context to ``dst`` in ``dst_ctx`` on
+        another device, over the fabric's link (a peer-link engine of this device's
+        timeline), priced by the topology.  Like a peer memcpy it needs no peer access."""
+        d, call = self.driver, "copy_peer"
+        d.check(self.ctx, call)
+        d.check(dst_ctx, call)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+            raise d.fail("invalid_value", f"copy size must be a positive integer, got {nbytes!r}",
+                         call=call)
+        nbytes = int(nbytes)
+        a, b = d.devices.index(self.device), d.devices.index(dst_ctx.device)
+        if a == b:
+            raise d.fail("invalid_value", f"both contexts are on device {a}; a peer copy is "
+                         "between two devices", call=call, hint="use a device-to-device copy")
+        if not d.can_access_peer(a, b):
+            raise d.fail("peer_access_unsupported", f"no fabric joins device {a} and device {b}",
+                         call=call, hint="compose the stack with devices > 1")
+        self._check_range(src, nbytes, call)
+        try:
+            dst_ctx.space.resolve(int(dst), nbytes, "copy")
+        except PageFault as exc:
+            raise d.fail("invalid_value", f"copy of {nbytes} bytes to {int(dst):#x} on device {b} is "
+                         f"outside its memory: {exc.detail}", call=call, address=int(dst)) from None
+        d.counts["copies"] += 1
+        d.counts["peer_bytes"] += nbytes
+        src_space, dst_space, device = self.ctx.space, dst_ctx.space, self.device
+
+        def work() -> float:
+            duration = device.peer_copy_duration(nbytes, b)     # first: a fault stops the copy
+            dst_space.write(int(dst), src_space.read(int(src), nbytes))
+            device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
+                                     writes=[(int(dst), int(dst) + nbytes, "dst")],
+                                     bytes=nbytes, direction=f"peer {a}->{b}")
+            return duration
+
+        self._push(device.topology.egress(a, b), work, f"peer {a}->{b} {nbytes}B", "copy")
 
     # -- ordering ---------------------------------------------------------------
     def record(self) -> Marker:

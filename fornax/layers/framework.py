@@ -14,15 +14,40 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from .compiler import CompiledGraph, Compiler, KernelStep, LibraryStep, Target, decompose
+from .compiler import (CollectiveStep, CompiledGraph, Compiler, KernelStep, LibraryStep, Target,
+                       decompose)
 from .errors import FornaxError, InvalidArgumentError
-from .graph import OPS, Graph, Node, Value
+from .graph import OPS, DType, Graph, Node, Value
 from .library import Library
 from .runtime import Runtime
+
+
+@dataclass(frozen=True)
+class MetaArray:
+    """A tensor without data: what shape-only (meta) mode feeds in and hands back."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", DType.of(self.dtype).numpy)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @classmethod
+    def like(cls, v: Value) -> "MetaArray":
+        return cls(v.shape, v.dtype.numpy)
+
+
+#: collective handler: (runtime, step) -> None; enqueues the step's communication
+CollectiveHandler = Callable[[Runtime, CollectiveStep], None]
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,8 @@ class FrameworkBase:
     seam = "framework"
     vendor = "base"
     facts: dict = {}
+    #: shape-only mode (set at compose time): feeds and outputs are MetaArray, nothing computes
+    meta = False
 
     def __init__(self, compiler: Compiler, library: Library, runtime: Runtime, target: Target):
         f = self.facts["framework"]
@@ -103,16 +130,27 @@ class FrameworkBase:
             if v.name not in feeds:
                 raise InvalidArgumentError(f"missing input {v.name!r} ({v.type})", seam="framework",
                                            vendor=self.vendor)
-            arr = np.asarray(feeds[v.name])
+            arr = feeds[v.name]
+            if not (self.meta and isinstance(arr, MetaArray)):
+                arr = np.asarray(arr)
             if tuple(arr.shape) != v.shape or arr.dtype != v.dtype.numpy:
                 raise InvalidArgumentError(
                     f"input {v.name!r} must be {v.type}, got {arr.dtype}[{','.join(map(str, arr.shape))}]",
                     seam="framework", vendor=self.vendor)
-            out[v.name] = np.ascontiguousarray(arr)
+            if isinstance(arr, MetaArray):
+                out[v.name] = arr
+            elif self.meta:
+                out[v.name] = MetaArray(arr.shape, arr.dtype)      # only its shape travels
+            else:
+                out[v.name] = np.ascontiguousarray(arr)
         return out
 
-    def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
+    def run(self, graph: Graph, feeds: dict[str, np.ndarray],
+            collective: CollectiveHandler | None = None) -> RunResult:
+        """Run ``graph``; ``collective`` enqueues the communication of any ``all_reduce``
+        over more than one rank (the caller owns the other ranks and the fabric)."""
         t0 = time.perf_counter()
+        self._collective = collective
         graph.verify()
         feeds = self._check_feeds(graph, feeds)
         routes = [self.route(n.op) for n in graph.nodes]
@@ -122,7 +160,7 @@ class FrameworkBase:
             self.counts[r.kind] += 1
         env: dict[int, np.ndarray] = {id(v): feeds[v.name] for v in graph.inputs}
         for v in graph.constants:
-            env[id(v)] = np.ascontiguousarray(v.const)
+            env[id(v)] = MetaArray.like(v) if self.meta else np.ascontiguousarray(v.const)
         plans, fallbacks = [], []
         segment: list[Node] = []
         for node, route in zip(graph.nodes, routes):
@@ -142,6 +180,9 @@ class FrameworkBase:
         return RunResult(outputs, routes, fallbacks, plans, time.perf_counter() - t0)
 
     def _run_on_host(self, node: Node, env: dict) -> None:
+        if self.meta:                      # shape-only: a host op produces a shape, nothing more
+            env[id(node.outputs[0])] = MetaArray.like(node.outputs[0])
+            return
         args = [env[id(v)].astype(np.float64) if v.dtype.is_float else env[id(v)] for v in node.inputs]
         with np.errstate(all="ignore"):
             res = OPS[node.op].reference(*args, **node.attrs)
@@ -176,7 +217,9 @@ class FrameworkBase:
                     mapping[id(v)] = sub.input(v.name, v.shape, v.dtype)
                     ext.append(v)
         for n in nodes:
-            mapping[id(n.outputs[0])] = sub.op(n.op, *(mapping[id(v)] for v in n.inputs), **n.attrs)
+            res = sub.op(n.op, *(mapping[id(v)] for v in n.inputs), **n.attrs)
+            sub.rename(res, n.outputs[0].name, strict=False)   # buffers keep the graph's names
+            mapping[id(n.outputs[0])] = res
         outs = [n.outputs[0] for n in nodes if id(n.outputs[0]) in later_uses]
         sub.output(*(mapping[id(v)] for v in outs))
         if self.decomposed:
@@ -188,7 +231,8 @@ class FrameworkBase:
         self.counts["device_segments"] += 1
         routines = self.library.ops() if self.library is not None else frozenset()
         plan = self.compiler.compile(sub, self.target, routines)
-        results = execute_plan(plan, [env[id(v)] for v in ext], self.runtime, self.library)
+        results = execute_plan(plan, [env[id(v)] for v in ext], self.runtime, self.library,
+                               meta=self.meta, collective=getattr(self, "_collective", None))
         for v, arr in zip(outs, results):
             env[id(v)] = arr
         return plan
@@ -200,20 +244,54 @@ class FrameworkBase:
                 "pjrt_plugin": f.pjrt_plugin, **self.counts, "fallbacks": list(self.fallbacks)}
 
 
-def execute_plan(plan: CompiledGraph, inputs: list[np.ndarray], runtime: Runtime,
-                 library: Library | None) -> list[np.ndarray]:
-    """Run a compiled launch plan: allocate, upload, launch in order, download, free."""
+def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
+    """First and last step that touches each buffer (plan inputs and constants live throughout)."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i, step in enumerate(plan.steps):
+        bids = step.args.values() if isinstance(step, KernelStep) else step.buffers.values()
+        for bid in bids:
+            first.setdefault(bid, i)
+            last[bid] = i
+    return first, last
+
+
+def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: Library | None,
+                 meta: bool = False, collective: CollectiveHandler | None = None) -> list:
+    """Run a compiled launch plan: upload, launch in order, download, free.
+
+    Inputs and constants are allocated and uploaded first; every other buffer
+    is allocated just before the first step that touches it and freed after
+    the last one (plan outputs stay until they are downloaded), so the peak
+    is what is live at once, not the sum of every buffer.  In shape-only mode
+    (``meta``) the same calls are made with :class:`MetaArray` descriptors.
+    """
     ptrs: dict[int, int] = {}
+    first, last = _lifetimes(plan)
+    pinned = set(plan.inputs) | set(plan.outputs) | {bid for bid, b in plan.buffers.items()
+                                                      if b.role == "constant"}
+    release: dict[int, list[int]] = {}
+    for bid, i in last.items():
+        if bid not in pinned:
+            release.setdefault(i, []).append(bid)
     try:
+        for bid in plan.inputs:
+            ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
         for bid, buf in plan.buffers.items():
-            ptrs[bid] = runtime.malloc(buf.nbytes)
+            if buf.role == "constant":
+                ptrs[bid] = runtime.malloc(buf.nbytes)
         for bid, arr in zip(plan.inputs, inputs):
             runtime.memcpy_h2d(ptrs[bid], arr)
         for bid, buf in plan.buffers.items():
             if buf.role == "constant":
-                runtime.memcpy_h2d(ptrs[bid], np.ascontiguousarray(buf.data))
+                runtime.memcpy_h2d(ptrs[bid], MetaArray(buf.shape, buf.dtype.numpy) if meta
+                                   else np.ascontiguousarray(buf.data))
         module = runtime.load_module(plan.binary) if plan.binary is not None else None
-        for step in plan.steps:
+        for i, step in enumerate(plan.steps):
+            bids = step.args.values() if isinstance(step, KernelStep) else step.buffers.values()
+            for bid in bids:
+                if bid not in ptrs:
+                    ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
             if isinstance(step, KernelStep):
                 args = {name: ptrs[bid] for name, bid in step.args.items()}
                 runtime.launch(module, step.entry, step.grid, args)
@@ -223,10 +301,21 @@ def execute_plan(plan: CompiledGraph, inputs: list[np.ndarray], runtime: Runtime
                                       seam="framework", op=step.routine)
                 b = step.buffers
                 library.gemm(ptrs[b["a"]], ptrs[b["b"]], ptrs[b["c"]], step.params)
+            elif isinstance(step, CollectiveStep):
+                if collective is None:
+                    raise FornaxError(f"{step.routine} over {step.ranks} ranks needs the other ranks: "
+                                      "this run was given no collective handler", seam="framework",
+                                      op=step.routine,
+                                      hint="run the graph through a multi-device scenario, or build "
+                                           "it with ranks=1")
+                collective(runtime, step)
+            for bid in release.get(i, ()):
+                runtime.free(ptrs.pop(bid))
         results = []
         for bid in plan.outputs:
             buf = plan.buffers[bid]
-            out = np.empty(buf.shape, dtype=buf.dtype.numpy)
+            out = (MetaArray(buf.shape, buf.dtype.numpy) if meta
+                   else np.empty(buf.shape, dtype=buf.dtype.numpy))
             runtime.memcpy_d2h(out, ptrs[bid], blocking=False)
             results.append(out)
         runtime.synchronize()

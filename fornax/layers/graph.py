@@ -289,6 +289,108 @@ _register(OpDef("softmax", "composite", 1, _infer_softmax, _softmax_ref, _softma
                 attrs=("axis",)))
 
 
+def _infer_reshape(types, attrs):
+    (t,) = types
+    shape = attrs.get("shape")
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                      for d in shape):
+        raise GraphError(f"reshape: shape must be a tuple of ints, got {shape!r}", op="reshape")
+    shape = tuple(shape)
+    if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
+        raise GraphError(f"reshape: bad target shape {shape} (positive sizes, at most one -1)",
+                         op="reshape")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if t.numel % known:
+            raise GraphError(f"reshape: cannot infer -1 in {shape} from {t.numel} elements", op="reshape")
+        shape = tuple(t.numel // known if d == -1 else d for d in shape)
+    if math.prod(shape) != t.numel:
+        raise GraphError(f"reshape: cannot reshape {t.shape} ({t.numel} elements) to {shape} "
+                         f"({math.prod(shape)} elements)", op="reshape")
+    return TensorType(shape, t.dtype)
+
+
+_register(OpDef("reshape", "layout", 1, _infer_reshape,
+                lambda x, shape: np.reshape(x, tuple(shape)), attrs=("shape",)))
+
+
+def _infer_transpose(types, attrs):
+    (t,) = types
+    rank = len(t.shape)
+    perm = attrs.get("perm")
+    if perm is None:
+        perm = tuple(reversed(range(rank)))
+    if not isinstance(perm, (tuple, list)) or sorted(perm) != list(range(rank)):
+        raise GraphError(f"transpose: perm {perm!r} is not a permutation of 0..{rank - 1} "
+                         f"for shape {t.shape}", op="transpose")
+    return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
+
+
+def _transpose_ref(x, perm=None):
+    return np.transpose(x, None if perm is None else tuple(perm))
+
+
+_register(OpDef("transpose", "layout", 1, _infer_transpose, _transpose_ref, attrs=("perm",)))
+
+
+def _infer_broadcast_to(types, attrs):
+    (t,) = types
+    shape = attrs.get("shape")
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise GraphError(f"broadcast_to: shape must be a tuple of positive ints, got {shape!r}",
+                         op="broadcast_to")
+    try:
+        out = np.broadcast_shapes(t.shape, tuple(shape))
+    except ValueError:
+        out = None
+    if out != tuple(shape):
+        raise GraphError(f"broadcast_to: {t.shape} does not broadcast to {tuple(shape)}",
+                         op="broadcast_to")
+    return TensorType(tuple(shape), t.dtype)
+
+
+_register(OpDef("broadcast_to", "layout", 1, _infer_broadcast_to,
+                lambda x, shape: np.broadcast_to(x, tuple(shape)).copy(), attrs=("shape",)))
+
+
+def _mean_decompose(g: "Graph", inputs, attrs):
+    (x,) = inputs
+    axis = attrs.get("axis", -1)
+    s = g.op("reduce_sum", x, axis=axis, keepdims=attrs.get("keepdims", True))
+    n = x.shape[axis % len(x.shape)]
+    return g.op("mul", s, g.constant(np.array(1.0 / n, dtype=x.dtype.numpy), "inv_n"))
+
+
+def _infer_mean(types, attrs):
+    _float_only("reduce_mean", types[0].dtype)
+    return OPS["reduce_sum"].infer(types, attrs)
+
+
+_register(OpDef("reduce_mean", "composite", 1, _infer_mean,
+                lambda x, axis=-1, keepdims=True: np.mean(x, axis=axis, keepdims=keepdims),
+                _mean_decompose, attrs=("axis", "keepdims")))
+
+
+def _infer_all_reduce(types, attrs):
+    ranks = attrs.get("ranks")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise GraphError(f"all_reduce: ranks must be a positive int, got {ranks!r}", op="all_reduce")
+    _float_only("all_reduce", types[0].dtype)
+    return types[0]
+
+
+def _all_reduce_ref(x, ranks):
+    if ranks != 1:
+        raise GraphError(f"all_reduce over {ranks} ranks sums values held by the other ranks; "
+                         "a one-rank graph has no float64 reference for it", op="all_reduce",
+                         hint="build the graph with ranks=1 to compare against numpy")
+    return x
+
+
+# the sum of a value over the ranks of a (tensor-parallel) group; this graph is one rank's part
+_register(OpDef("all_reduce", "collective", 1, _infer_all_reduce, _all_reduce_ref, attrs=("ranks",)))
+
+
 # ---- the graph ---------------------------------------------------------------------------
 class Graph:
     def __init__(self, name: str = "graph"):
@@ -340,6 +442,21 @@ class Graph:
         out.producer = node
         self.nodes.append(node)
         return out
+
+    def rename(self, value: Value, name: str, strict: bool = True) -> Value:
+        """Give a value a readable name (kept by the compiler for its buffer).
+
+        A name already in use is an error, or (``strict=False``) leaves the value as it is."""
+        if name == value.name:
+            return value
+        if name in self._names:
+            if not strict:
+                return value
+            raise GraphError(f"rename: name {name!r} is already used in graph {self.name!r}")
+        self._names.discard(value.name)
+        self._names.add(name)
+        value.name = name
+        return value
 
     def output(self, *values: Value, names: tuple[str, ...] | list[str] | None = None) -> None:
         """Mark graph outputs, optionally giving them readable names."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from .binary import KernelBinary
 from .driver import Context, Driver, Marker, Module, Queue
-from .errors import InvalidArgumentError
+from .errors import ErrorTable, FornaxError, OutOfMemoryError
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class RuntimeBase:
         r = self.facts["runtime"]
         self.calls: dict[str, str] = r["calls"]
         self.blocking: set[str] = set(r.get("blocking", ()))
+        e = r["errors"]
+        self.errors = ErrorTable(e["api"], e["codes"], e["conditions"], seam="runtime", vendor=self.vendor)
         self._device = 0
         self._contexts: dict[int, Context] = {}
         self._streams: dict[int, list[Stream]] = {}
@@ -79,9 +81,11 @@ class RuntimeBase:
         self.reserved = 0
         self.peak_allocated = 0
 
-    def _error(self, message: str, call: str, hint: str | None = None) -> InvalidArgumentError:
-        return InvalidArgumentError(message, seam="runtime", vendor=self.vendor,
-                                    op=self.calls.get(call, call), hint=hint)
+    def _error(self, message: str, call: str, hint: str | None = None,
+               condition: str = "invalid_value") -> FornaxError:
+        """A runtime-API error with this family's exact code for ``condition``."""
+        name = self.errors.faults.get(condition) or self.errors.faults["unknown"]
+        return self.errors.error(name, message, op=self.calls.get(call, call), hint=hint)
 
     # -- devices and contexts ----------------------------------------------------
     def device_count(self) -> int:
@@ -90,7 +94,7 @@ class RuntimeBase:
     def set_device(self, index: int) -> None:
         if not isinstance(index, int) or not 0 <= index < self.device_count():
             raise self._error(f"device {index!r} does not exist ({self.device_count()} device(s))",
-                              "set_device")
+                              "set_device", condition="invalid_device")
         self._device = index
 
     def current_device(self) -> int:
@@ -142,7 +146,13 @@ class RuntimeBase:
             ptr = self._cache[key].pop()
             self.counts["cache_hits"] += 1
         else:
-            ptr = self.driver.allocate(self.context(), size)
+            try:
+                ptr = self.driver.allocate(self.context(), size)
+            except OutOfMemoryError as exc:
+                raise self._error(
+                    f"out of memory allocating {size} bytes: {self.allocated} bytes allocated, "
+                    f"{self.reserved} reserved by this runtime ({exc.message})", "malloc",
+                    hint="free tensors or call empty_cache()", condition="out_of_memory") from exc
             self.reserved += size
             self.counts["device_allocations"] += 1
         self._live[ptr] = key

@@ -2,30 +2,148 @@
 
 from __future__ import annotations
 
-from .cost import KernelCost, copy_cost, kernel_cost
+from .cost import KernelCost, copy_cost, gemm_counters, kernel_cost
 from .execute import Counters, execute
+from .faults import DeviceLost, ExecutionError, FaultInjector, FaultPlan
 from .isa import Program
 from .memory import AddressSpace, DeviceMemory
+from .power import PowerModel
 from .spec import ChipSpec
 from .timeline import Timeline
 
 
 class Device:
-    def __init__(self, spec: ChipSpec, index: int = 0):
+    def __init__(self, spec: ChipSpec, index: int = 0, meta: bool = False):
         self.spec = spec
         self.index = index
-        self.memory = DeviceMemory(spec.hbm_bytes, spec.page_size, index)
+        #: shape-only mode: memory is accounted but never backed, copies move no bytes,
+        #: kernels are priced from their estimate (``Program.meta["estimate"]``), not executed
+        self.meta = meta
+        self.memory = DeviceMemory(spec.hbm_bytes, spec.page_size, index, meta=meta)
         self.timeline = Timeline(spec.copy_engines)
+        self.timeline.race_detector.device = index
+        self.memory.clock = lambda: self.timeline.host_time     # stamps memory.usage_log
         self.kernels_executed = 0
         self.bytes_copied = {"h2d": 0, "d2h": 0, "d2d": 0}
+        self.power = PowerModel(spec)   # energy, temperature and clock along the timeline
+        self.topology = None        # the fabric joining this device to others (Topology.connect)
+        self.peer_bytes = 0
+        self.injector: FaultInjector | None = None   # fault injection; None: off, zero cost
+        self.lost: DeviceLost | None = None          # set when the device is lost, until reset
+        self.ecc_corrected = 0
+        self.resets = 0
+
+    @property
+    def races(self) -> list:
+        """Data races the happens-before detector found on this device (``fornax.sim.race``)."""
+        return self.timeline.races
+
+    # -- faults and reset ------------------------------------------------------
+    def inject(self, plan: FaultPlan | None) -> FaultInjector | None:
+        """Attach a fault plan (None detaches it); operations from now on consult it."""
+        self.injector = None if plan is None else FaultInjector(plan, self.index)
+        return self.injector
+
+    def begin(self, op: str, label: str = "", context: int = 0) -> None:
+        """An operation (``kernel``, ``copy``, ``peer``) starts: raise if the device is
+        lost or the fault plan hits it.  Called before the operation has any effect."""
+        if self.lost is not None:
+            raise DeviceLost(f"device {self.index} is lost ({self.lost}); reset it first")
+        if self.injector is None:
+            return
+        before = self.injector.ecc_corrected
+        fault = self.injector.next(op, label, context)
+        self.ecc_corrected += self.injector.ecc_corrected - before
+        if fault is not None:
+            if fault.kind == "device_lost":
+                self.lost = fault
+            raise fault
+
+    def reset(self) -> None:
+        """Hardware reset: clear the lost state and every failed or pending hardware queue.
+        (Contexts and their memory are the driver's to destroy first.)"""
+        self.lost = None
+        for q in self.timeline.queues:
+            q.failure = None
+            q.pending.clear()
+        self.resets += 1
+
+    def stats(self) -> dict:
+        return {"kernels_executed": self.kernels_executed, "bytes_copied": dict(self.bytes_copied),
+                "peer_bytes": self.peer_bytes, "ecc_corrected": self.ecc_corrected,
+                "lost": self.lost is not None, "resets": self.resets,
+                "faults": [] if self.injector is None else [vars(r) for r in self.injector.log]}
 
     def run_kernel(self, space: AddressSpace, program: Program, grid: tuple[int, int, int],
                    args: dict) -> tuple[Counters, KernelCost]:
         """Execute a kernel functionally and price it.  Called when its packet runs."""
-        counters = execute(program, grid, args, space)
+        self.begin("kernel", program.name, space.context)
+        if self.meta:
+            counters = estimate_counters(program, grid, args)
+        else:
+            counters = execute(program, grid, args, space)
         self.kernels_executed += 1
-        return counters, kernel_cost(self.spec, counters)
+        return counters, self.account_kernel(counters, program.meta)
+
+    def account_kernel(self, counters: Counters, meta: dict | None = None,
+                       start: float | None = None) -> KernelCost:
+        """Price a kernel at the clock the power and thermal state allows, and account its
+        energy; ``start`` defaults to the start of the packet running now."""
+        cost = kernel_cost(self.spec, counters, meta)
+        return self.power.run_kernel(cost, self.timeline.now if start is None else start)
 
     def copy_duration(self, nbytes: int, direction: str) -> float:
+        """Price a copy; call it before moving the data (a fault stops the copy)."""
+        self.begin("copy", f"{direction} {nbytes}B")
         self.bytes_copied[direction] += nbytes
-        return copy_cost(self.spec, nbytes, direction)
+        duration = copy_cost(self.spec, nbytes, direction)
+        self.power.run_copy(nbytes, direction, self.timeline.now, duration)
+        return duration
+
+    def peer_copy_duration(self, nbytes: int, dst_index: int) -> float:
+        """Duration of a copy from this device to device ``dst_index`` over the fabric."""
+        if self.topology is None:
+            raise ValueError(f"device {self.index} is not connected to a topology")
+        self.begin("peer", f"peer {self.index}->{dst_index} {nbytes}B")
+        self.peer_bytes += nbytes
+        return self.topology.peer_copy_time(nbytes, self.index, dst_index)
+
+
+def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) -> Counters:
+    """The counters a kernel's attached estimate predicts for this launch (shape-only mode).
+
+    ``kind = "counters"``: counts fixed at code generation (footprints relative
+    to each pointer argument); ``kind = "gemm"``: a tiled GEMM priced by
+    :func:`~fornax.sim.cost.gemm_counters`, its sizes either baked in or
+    named scalar arguments, plus any fused epilogue's work.
+    """
+    est = program.meta.get("estimate")
+    if not isinstance(est, dict):
+        raise ExecutionError(f"kernel {program.name!r} carries no cost estimate, so a shape-only "
+                             "(meta) device cannot price it; its generator must attach one")
+
+    def size(v):
+        return int(args[v]) if isinstance(v, str) else int(v)
+
+    if est.get("kind") == "gemm":
+        batch = grid[2] if est["batch"] == "grid" else int(est["batch"])
+        c = gemm_counters(size(est["m"]), size(est["n"]), size(est["k"]), batch, est["dtype"],
+                          tuple(est["tile"]), bool(est.get("b_batched")), clamp=False)
+        epi = est.get("epilogue")
+        if epi:
+            for dt, f in epi["vector_flops"].items():
+                c.add_flops(c.vector_flops, dt, f)
+            c.bytes_read += int(epi["bytes_read"])
+            c.bytes_written = int(epi["bytes_written"])
+    else:
+        c = Counters(instances=int(est["instances"]), matrix_flops=dict(est["matrix_flops"]),
+                     vector_flops=dict(est["vector_flops"]), bytes_read=int(est["bytes_read"]),
+                     bytes_written=int(est["bytes_written"]),
+                     instructions=int(est.get("instructions", 0)))
+    for table, key in ((c.read_ranges, "read"), (c.write_ranges, "write")):
+        if key in est:
+            table.clear()
+            table.update({p: (int(args[p]) + lo, int(args[p]) + hi) for p, (lo, hi) in est[key].items()})
+        else:  # gemm_counters lays its buffers out from address 0: rebase on the arguments
+            table.update({p: (int(args[p]), int(args[p]) + hi - lo) for p, (lo, hi) in table.items()})
+    return c

@@ -380,6 +380,8 @@ def disassemble(program: Program) -> str:
     lines = [f".kernel {program.name}"]
     for p in program.params:
         lines.append(f".param {p.name} {p.kind} {p.dtype}")
+    if program.meta:
+        lines.append(f".meta {json.dumps(program.meta, sort_keys=True, separators=(',', ':'))}")
 
     def emit(body, depth):
         pad = "  " * depth
@@ -400,7 +402,7 @@ def disassemble(program: Program) -> str:
 
 def assemble(text: str) -> Program:
     """Parse assembly text (as :func:`disassemble` writes it) into a verified program."""
-    name, params = None, []
+    name, params, meta = None, [], {}
     stack: list[list] = [[]]
     loops: list[dict] = []
     ended = False
@@ -414,6 +416,11 @@ def assemble(text: str) -> Program:
             name = toks[1]
         elif toks[0] == ".param" and len(toks) == 4:
             params.append(Param(toks[1], toks[2], toks[3]))
+        elif toks[0] == ".meta" and len(toks) >= 2:
+            try:
+                meta = json.loads(line.split(None, 1)[1])
+            except ValueError as exc:
+                raise InvalidProgram(f"{where}: malformed .meta: {exc}") from None
         elif toks[0] == ".end":
             ended = True
             break
@@ -459,7 +466,7 @@ def assemble(text: str) -> Program:
         raise InvalidProgram("assembly ends inside an open loop")
     if not ended:
         raise InvalidProgram("assembly is truncated (no .end)")
-    return verify(Program(name, tuple(params), tuple(stack[0])))
+    return verify(Program(name, tuple(params), tuple(stack[0]), meta if isinstance(meta, dict) else {}))
 
 
 def max_tile_elements(program: Program) -> int:

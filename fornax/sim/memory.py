@@ -9,6 +9,12 @@ table, or of a context it was granted peer access to.  Anything else is a
 off the end of a buffer faults instead of silently reading its neighbour.
 
 Backing is lazy: a mapping gets its numpy byte buffer on first touch.
+
+Writes made while a timeline packet runs are *deferred*: they go into the
+packet's :class:`WriteLog` and reach memory only when the timeline commits
+the log, once simulated time passes the packet's end.  Reads always see
+committed memory, so work that overlaps a writer in simulated time reads the
+old contents.  A packet does not see its own pending writes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,56 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .faults import MisalignedAddress, OutOfDeviceMemory, PageFault
+from .faults import ExecutionError, MisalignedAddress, OutOfDeviceMemory, PageFault
+
+
+class WriteLog:
+    """The memory effects of one running packet, applied together by :meth:`commit`."""
+
+    __slots__ = ("effects",)
+
+    def __init__(self):
+        self.effects: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.effects)
+
+    def commit(self) -> None:
+        for fn, args in self.effects:
+            fn(*args)
+        self.effects = []
+
+
+_capture: WriteLog | None = None
+
+
+def begin_capture() -> WriteLog:
+    """Start deferring memory effects into a new log (the timeline calls this per packet)."""
+    global _capture
+    _capture = WriteLog()
+    return _capture
+
+
+def end_capture() -> None:
+    global _capture
+    _capture = None
+
+
+def defer(fn, *args) -> None:
+    """Apply ``fn(*args)`` now, or at commit time when a packet is running."""
+    if _capture is None:
+        fn(*args)
+    else:
+        _capture.effects.append((fn, args))
+
+
+def _store_bytes(mapping: "Mapping", off: int, raw: np.ndarray) -> None:
+    mapping.buffer[off: off + raw.size] = raw
+
+
+def _store_elements(mapping: "Mapping", dtype: np.dtype, index: np.ndarray, values) -> None:
+    usable = mapping.span - mapping.span % dtype.itemsize
+    mapping.buffer[:usable].view(dtype)[index] = values
 
 
 class MemoryKind(enum.Enum):
@@ -37,6 +92,7 @@ class Mapping:
     context: int
     label: str = ""
     _buffer: np.ndarray | None = field(default=None, repr=False)
+    meta: bool = False   # shape-only mode: accounted and page-checked, never backed by data
 
     @property
     def end(self) -> int:
@@ -44,6 +100,9 @@ class Mapping:
 
     @property
     def buffer(self) -> np.ndarray:
+        if self.meta:
+            raise ExecutionError(f"{self.describe()} belongs to a shape-only (meta) device and "
+                                 "holds no data; run without meta mode to read or write values")
         if self._buffer is None:
             self._buffer = np.zeros(self.span, dtype=np.uint8)
         return self._buffer
@@ -61,7 +120,8 @@ class Mapping:
 class DeviceMemory:
     """The HBM of one device and its unified virtual-address allocator."""
 
-    def __init__(self, capacity: int, page_size: int, device_index: int = 0):
+    def __init__(self, capacity: int, page_size: int, device_index: int = 0, meta: bool = False):
+        self.meta = meta     # shape-only: mappings are never backed; pages resolve by interval
         self.capacity = capacity
         self.page_size = page_size
         self.page_shift = page_size.bit_length() - 1
@@ -72,6 +132,10 @@ class DeviceMemory:
         self._spaces: dict[int, AddressSpace] = {}
         self._all: list[Mapping] = []          # every live mapping, sorted by va
         self._next_context = 1
+        self.device_index = device_index
+        self.clock = lambda: 0.0               # host time, for usage_log (the Device wires it)
+        self.usage_log: list[tuple[float, int]] = []   # (host time, bytes in use) at each change
+        self.fabric: list[DeviceMemory] = []   # the other devices' memories on one topology
 
     # -- contexts ---------------------------------------------------------
     def create_space(self) -> "AddressSpace":
@@ -96,6 +160,7 @@ class DeviceMemory:
                 raise OutOfDeviceMemory(size, self.used, self.capacity)
             self.used += span
             self.peak = max(self.peak, self.used)
+            self.usage_log.append((self.clock(), self.used))
         va = self._next_va
         self._next_va += span + self.page_size       # one guard page after every mapping
         return va, span
@@ -103,6 +168,7 @@ class DeviceMemory:
     def _release(self, mapping: Mapping) -> None:
         if mapping.kind is not MemoryKind.HOST_PINNED:
             self.used -= mapping.span
+            self.usage_log.append((self.clock(), self.used))
         i = bisect.bisect_left([m.va for m in self._all], mapping.va)
         if i < len(self._all) and self._all[i] is mapping:
             del self._all[i]
@@ -129,6 +195,7 @@ class AddressSpace:
         self.memory = memory
         self.context = context
         self._pages: dict[int, Mapping] = {}
+        self._intervals: list[tuple[int, int, Mapping]] = []   # meta mode: (va, span, mapping)
         self._mappings: dict[int, Mapping] = {}
         self._peers: list[AddressSpace] = []
 
@@ -138,10 +205,16 @@ class AddressSpace:
     # -- mapping ----------------------------------------------------------
     def map(self, size: int, kind: MemoryKind = MemoryKind.DEVICE, label: str = "") -> Mapping:
         va, span = self.memory._reserve(size, kind)
-        mapping = Mapping(va, size, span, kind, self.context, label)
+        # host-pinned memory is the host's (kernel-argument pools live there): it keeps its bytes
+        mapping = Mapping(va, size, span, kind, self.context, label,
+                          meta=self.memory.meta and kind is not MemoryKind.HOST_PINNED)
         shift = self.memory.page_shift
-        for vpn in range(va >> shift, (va + span) >> shift):
-            self._pages[vpn] = mapping
+        if self.memory.meta:
+            # shape-only spaces map many GiB: one interval per mapping instead of one entry per page
+            bisect.insort(self._intervals, (va, span, mapping), key=lambda e: e[0])
+        else:
+            for vpn in range(va >> shift, (va + span) >> shift):
+                self._pages[vpn] = mapping
         self._mappings[va] = mapping
         bisect.insort(self.memory._all, mapping, key=lambda m: m.va)
         return mapping
@@ -151,6 +224,9 @@ class AddressSpace:
         if mapping is None:
             raise PageFault(va, "free", self.context, self._explain(va))
         shift = self.memory.page_shift
+        if self.memory.meta:
+            i = bisect.bisect_left(self._intervals, mapping.va, key=lambda e: e[0])
+            del self._intervals[i]
         for vpn in range(mapping.va >> shift, (mapping.va + mapping.span) >> shift):
             self._pages.pop(vpn, None)
         self.memory._release(mapping)
@@ -166,7 +242,21 @@ class AddressSpace:
             self._peers.remove(other)
 
     # -- translation ------------------------------------------------------
+    def _interval(self, vpn: int) -> Mapping | None:
+        address = vpn << self.memory.page_shift
+        i = bisect.bisect_right(self._intervals, address, key=lambda e: e[0]) - 1
+        if i >= 0 and address < self._intervals[i][0] + self._intervals[i][1]:
+            return self._intervals[i][2]
+        return None
+
     def _lookup(self, vpn: int) -> Mapping | None:
+        if self.memory.meta:
+            mapping = self._interval(vpn)
+            for peer in self._peers if mapping is None else ():
+                mapping = peer._interval(vpn) if peer.memory.meta else peer._pages.get(vpn)
+                if mapping is not None:
+                    break
+            return mapping
         mapping = self._pages.get(vpn)
         if mapping is None:
             for peer in self._peers:
@@ -182,6 +272,12 @@ class AddressSpace:
                     "and no peer access was granted")
         if owner is not None:
             return f"the address lies in the unused tail of {owner.describe()}"
+        for other in self.memory.fabric:
+            remote = other.owner_of(address)
+            if remote is not None:
+                return (f"the address belongs to device {other.device_index} ({remote.describe()}) "
+                        f"and device {self.memory.device_index}'s context {self.context} has no "
+                        "peer access to it")
         near = self.memory.nearest(address, self.context)
         if near is None:
             return "this context has no live mappings"
@@ -208,7 +304,10 @@ class AddressSpace:
     def write(self, address: int, data) -> None:
         raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         mapping, off = self.resolve(address, raw.size, "write")
-        mapping.buffer[off: off + raw.size] = raw
+        if _capture is None:
+            mapping.buffer[off: off + raw.size] = raw
+        else:
+            _capture.effects.append((_store_bytes, (mapping, off, raw.copy())))
 
     def _element_view(self, addresses: np.ndarray, dtype: np.dtype, access: str):
         """Group element addresses by mapping; yield (mask, mapping, element indices)."""
@@ -265,5 +364,9 @@ class AddressSpace:
         """Write ``values[i]`` at byte address ``addresses[i]``."""
         dtype = values.dtype
         for mask, mapping, index in self._element_view(addresses, dtype, "write"):
+            if _capture is not None:
+                part = np.array(values, copy=True) if mask is None else values[mask]
+                _capture.effects.append((_store_elements, (mapping, dtype, index, part)))
+                continue
             usable = mapping.span - mapping.span % dtype.itemsize
             mapping.buffer[:usable].view(dtype)[index] = values if mask is None else values[mask]

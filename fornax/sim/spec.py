@@ -31,6 +31,7 @@ _FIELDS: dict[str, tuple[type, str]] = {
     "peer_link_latency_s": (float, "latency of one peer transfer in seconds"),
     "copy_engines": (int, "number of copy (DMA) engines"),
     "launch_latency_s": (float, "kernel launch latency in seconds"),
+    "memory_latency_s": (float, "load-to-use latency of one HBM access in seconds"),
     "copy_latency_s": (float, "fixed cost of one DMA copy in seconds"),
     "page_size": (int, "MMU page size in bytes"),
     "max_group_size": (int, "largest work-group / block in lanes"),
@@ -47,8 +48,11 @@ _FIELDS: dict[str, tuple[type, str]] = {
 #: the [power] table: energy per unit of work, static power and a thermal RC model
 POWER_FIELDS: dict[str, str] = {
     "static_w": "idle/static board power in watts",
-    "matrix_pj_per_flop": "energy per matrix-unit FLOP in picojoules",
-    "vector_pj_per_flop": "energy per vector-unit FLOP in picojoules",
+    "matrix_pj_per_flop": "energy per matrix-unit bfloat16 FLOP in picojoules (other dtypes scale "
+                          "with the bfloat16 peak over theirs: the unit draws about the same power "
+                          "at full rate in every dtype)",
+    "vector_pj_per_flop": "energy per vector-unit float32 FLOP in picojoules (other dtypes scale "
+                          "the same way against the float32 vector peak)",
     "hbm_pj_per_byte": "energy per byte moved to or from HBM in picojoules",
     "l2_pj_per_byte": "energy per byte served by L2 in picojoules",
     "thermal_resistance_c_per_w": "junction-to-ambient thermal resistance in degC per watt",
@@ -77,6 +81,7 @@ class ChipSpec:
     peer_link_latency_s: float
     copy_engines: int
     launch_latency_s: float
+    memory_latency_s: float
     copy_latency_s: float
     page_size: int
     max_group_size: int

@@ -15,12 +15,16 @@ into a :class:`DeviceHang` instead of blocking the process.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import memory as _memory
 from .faults import DeviceHang, SimError
+from .race import RaceDetector
 
 _ids = itertools.count(1)
 
@@ -36,8 +40,9 @@ class Semaphore:
         self.value = initial
         self.failure: SimError | None = None
         self._history: list[tuple[int, float]] = [(initial, 0.0)]
+        self._clocks: list[tuple[int, dict]] = [(initial, {})]   # (value, signaller's vector clock)
 
-    def signal(self, value: int, at: float) -> None:
+    def signal(self, value: int, at: float, clock: dict | None = None) -> None:
         if not 0 <= value <= self.MAX:
             raise ValueError(f"semaphore value {value} is outside the 64-bit range")
         if value < self.value:
@@ -46,13 +51,22 @@ class Semaphore:
                 f"after it reached {self.value}")
         self.value = value
         self._history.append((value, at))
+        if clock is not None:
+            self._clocks.append((value, clock))
 
-    def fail(self, error: SimError, at: float) -> None:
+    def fail(self, error: SimError, at: float, clock: dict | None = None) -> None:
         """Complete with an error: every waiter for any value sees ``error``."""
         if self.failure is None:
             self.failure = error
         self.value = self.MAX
         self._history.append((self.MAX, at))
+        if clock is not None:
+            self._clocks.append((self.MAX, clock))
+
+    def clock_at(self, value: int) -> dict | None:
+        """Vector clock of the signal that first reached ``value`` (for race detection)."""
+        i = bisect.bisect_left(self._clocks, value, key=lambda e: e[0])
+        return self._clocks[i][1] if i < len(self._clocks) else None
 
     def reached_at(self, value: int) -> float | None:
         """Simulated time at which the semaphore first reached ``value`` (None if not yet)."""
@@ -64,13 +78,14 @@ class Semaphore:
 
 @dataclass
 class Packet:
-    engine: str                                   # "compute" or "copy"
+    engine: str                                   # "compute", "copy" or a peer-link engine
     work: Callable[[], float]                     # runs the functional effect, returns duration (s)
     label: str = ""
     kind: str = "kernel"
     waits: list[tuple[Semaphore, int]] = field(default_factory=list)
     signals: list[tuple[Semaphore, int]] = field(default_factory=list)
     submitted_at: float = 0.0
+    host_clock: dict = field(default_factory=dict)   # the host's vector clock at submission
 
 
 @dataclass
@@ -84,6 +99,10 @@ class Record:
     start: float
     end: float
     error: str | None = None
+    reads: list = field(default_factory=list)      # (lo, hi, name) byte ranges the work read
+    writes: list = field(default_factory=list)     # ... and wrote
+    args: dict = field(default_factory=dict)       # what the work reported (grid, bytes, bound)
+    clock: dict = field(default_factory=dict)      # vector clock (race detection)
 
 
 class HardwareQueue:
@@ -99,6 +118,7 @@ class HardwareQueue:
 
     def submit(self, packet: Packet) -> None:
         packet.submitted_at = self.timeline.host_time
+        packet.host_clock = self.timeline.race_detector.host_event()
         self.pending.append(packet)
 
 
@@ -112,6 +132,21 @@ class Timeline:
             self.engines[f"copy{i}"] = 0.0
         self.queues: list[HardwareQueue] = []
         self.records: list[Record] = []
+        self.now = 0.0              # start of the packet running now (the power model reads it)
+        self.race_detector = RaceDetector()
+        self._logs: list[tuple[float, int, _memory.WriteLog]] = []   # heap by packet end time
+        self._log_seq = itertools.count()
+        self._log: _memory.WriteLog | None = None
+        self._notes: dict | None = None
+
+    @property
+    def races(self) -> list:
+        """Data races found so far (:class:`fornax.sim.race.Race`)."""
+        return self.race_detector.races
+
+    def add_engine(self, name: str) -> None:
+        """Add an engine that packets name exactly (a peer link: ``peer``, ``peer5``, ...)."""
+        self.engines.setdefault(name, 0.0)
 
     def create_queue(self, label: str = "") -> HardwareQueue:
         q = HardwareQueue(self, len(self.queues), label or f"hwq{len(self.queues)}")
@@ -122,6 +157,8 @@ class Timeline:
     def _engine_for(self, packet: Packet) -> str:
         if packet.engine == "compute":
             return "compute"
+        if packet.engine.startswith("peer") and packet.engine in self.engines:
+            return packet.engine
         copies = [e for e in self.engines if e.startswith("copy")]
         return min(copies, key=lambda e: self.engines[e]) if copies else "compute"
 
@@ -134,8 +171,12 @@ class Timeline:
             start = max(start, t)
         return start
 
-    def step(self) -> bool:
-        """Run the runnable packet that can start earliest.  False if none can run."""
+    def step(self, before: float | None = None) -> bool:
+        """Run the runnable packet that can start earliest (and before ``before``, if given).
+
+        False if none can run.  Memory written by packets that ended at or before
+        the start is committed first; this packet's own writes wait in its log.
+        """
         best = None
         for q in self.queues:
             if not q.pending:
@@ -148,29 +189,36 @@ class Timeline:
             start = max(ready, self.engines[engine])
             if best is None or start < best[0]:
                 best = (start, q, packet, engine)
-        if best is None:
+        if best is None or (before is not None and best[0] >= before):
             return False
         start, q, packet, engine = best
         q.pending.popleft()
+        self._commit(start)
+        clock = self.race_detector.start_packet(
+            q.id, packet.host_clock, [c for c in (s.clock_at(v) for s, v in packet.waits) if c])
+        self._notes, self._log = {"reads": [], "writes": [], "args": {}}, None
         failure = q.failure or next((s.failure for s, _ in packet.waits if s.failure), None)
         duration, error = 0.0, None
+        self.now = start
         if failure is None:
             try:
-                duration = float(packet.work())
+                duration = float(self._run_work(packet))
             except SimError as exc:
                 failure = exc
                 error = str(exc)
+                duration = getattr(exc, "elapsed_s", 0.0)   # a watchdog timeout takes its time
         end = start + duration
         self.engines[engine] = end
         q.last_end = end
         self.records.append(Record(packet.label, packet.kind, q.id, engine, start, end, error))
+        self._finish(self.records[-1], q, clock)
         if failure is not None:
             q.failure = failure
             for sem, _ in packet.signals:
-                sem.fail(failure, end)
+                sem.fail(failure, end, clock)
         else:
             for sem, value in packet.signals:
-                sem.signal(max(value, sem.value), end)   # a late, lower signal never rolls back
+                sem.signal(max(value, sem.value), end, clock)   # a late, lower signal never rolls back
         return True
 
     def wait(self, sem: Semaphore, value: int) -> None:
@@ -181,10 +229,11 @@ class Timeline:
                     f"watchdog: host waits for {sem.label} >= {value} (now {sem.value}) "
                     f"but no submitted work can signal it; "
                     f"{sum(len(q.pending) for q in self.queues)} packet(s) are blocked")
-        if sem.failure is not None:
-            raise sem.failure
         reached = sem.reached_at(value)
         self.host_time = max(self.host_time, reached or 0.0)
+        self._host_sync(sem.clock_at(value))
+        if sem.failure is not None:
+            raise sem.failure
 
     def drain(self) -> None:
         """Run everything that can run (a device-wide synchronise)."""
@@ -197,6 +246,50 @@ class Timeline:
                 f"{', '.join(q.label for q in blocked)} wait for signals nothing will send")
         if self.records:
             self.host_time = max(self.host_time, max(r.end for r in self.records))
+        self._host_sync(None, every_queue=True)
+
+    # -- memory effects and happens-before -------------------------------------
+    def annotate(self, reads=(), writes=(), **args) -> None:
+        """Called by a running packet's work: byte ranges ``(lo, hi, name)`` it read and
+        wrote (for race detection) and values for traces (grid, bytes, bound, ...)."""
+        if self._notes is not None:
+            self._notes["reads"].extend(reads)
+            self._notes["writes"].extend(writes)
+            self._notes["args"].update(args)
+
+    def _run_work(self, packet: Packet) -> float:
+        self._log = _memory.begin_capture()
+        try:
+            return packet.work()
+        finally:
+            _memory.end_capture()
+
+    def _finish(self, record: Record, q: HardwareQueue, clock: dict) -> None:
+        notes, log = self._notes, self._log
+        self._notes, self._log = None, None
+        record.reads, record.writes, record.args, record.clock = (
+            notes["reads"], notes["writes"], notes["args"], clock)
+        if log is not None and len(log):
+            heapq.heappush(self._logs, (record.end, next(self._log_seq), log))
+        self.race_detector.observe(record, clock, q.id, q.label, record.reads, record.writes)
+
+    def _commit(self, until: float) -> None:
+        """Apply the writes of every packet that ended at or before ``until``, in end order."""
+        while self._logs and self._logs[0][0] <= until:
+            heapq.heappop(self._logs)[2].commit()
+
+    def _host_sync(self, clock: dict | None, every_queue: bool = False) -> None:
+        """The host returns from a wait at ``host_time``: run what starts before it (so no
+        packet reads memory from its future), commit memory up to it, join clocks."""
+        while self.step(before=self.host_time):
+            pass
+        self._commit(self.host_time)
+        if every_queue:
+            self.race_detector.host_join_all()
+        else:
+            self.race_detector.host_join(clock)
+        if not any(q.pending for q in self.queues):
+            self.race_detector.prune()
 
     @property
     def busy_time(self) -> float:

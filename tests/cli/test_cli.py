@@ -92,7 +92,7 @@ def test_mixed_runtime_runs():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--vendor", "nonsense"], "valid vendors: cuda-like, rocm-like, xpu-like"),
+    (["--vendor", "nonsense"], "valid vendors: cuda-like, null, rocm-like, xpu-like"),
     (["--vendor", "cuda-like", "--seam", "kernel=cuda-like"], "valid seams"),
     (["--vendor", "cuda-like", "--seam", "compiler"], "SEAM=VENDOR"),
     (["--vendor", "cuda-like", "--workload", "resnet9000"], "unknown workload"),
@@ -147,7 +147,7 @@ def test_specs_and_workloads_commands():
 
 def test_console_script_has_no_traceback():
     """The installed entry point, as a user runs it: one line, non-zero, no traceback."""
-    proc = subprocess.run([sys.executable, "-m", "fornax.cli.main", "compose", "--vendor", "nonsense"],
+    proc = subprocess.run([sys.executable, "-m", "fornax.cli", "compose", "--vendor", "nonsense"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("fornax: error: unknown vendor 'nonsense'")

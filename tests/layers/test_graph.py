@@ -254,4 +254,6 @@ def test_decompose_preserves_other_ops_and_constants():
 def test_every_op_has_a_reference_test():
     covered = set(UNARY_REF) | set(BINARY_REF) | {"where", "cast", "reduce_sum", "reduce_max",
                                                    "matmul", "softmax"}
+    # layout ops and reduce_mean: tests/layers/test_layout_ops.py; all_reduce: tests/test_meta.py
+    covered |= {"transpose", "reshape", "broadcast_to", "reduce_mean", "all_reduce"}
     assert covered == set(OPS)

@@ -1,0 +1,5 @@
+"""``python -m fornax.cli``: the fornax command."""
+
+from .main import main
+
+main()

@@ -1,0 +1,162 @@
+"""The machinery of a conformance suite: clauses, subjects and the runner."""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..layers.compiler import Target
+from ..layers.errors import ConfigError, FornaxError
+from ..layers.graph import DType, Graph
+from ..layers.vendor import Vendor
+from ..sim.device import Device
+from ..sim.spec import load_spec
+
+
+class ContractFailure(AssertionError):
+    """A clause's promise was broken; the message says how."""
+
+
+@dataclass(frozen=True)
+class Clause:
+    seam: str
+    id: str
+    title: str
+    check: Callable[["Subject"], None]
+
+
+@dataclass(frozen=True)
+class Result:
+    clause: Clause
+    passed: bool
+    detail: str
+
+    def line(self) -> str:
+        status = "PASS" if self.passed else "FAIL"
+        text = f"{status} {self.clause.seam} {self.clause.id} {self.clause.title}"
+        return text if self.passed else f"{text}: {self.detail}"
+
+
+SUITES: dict[str, list[Clause]] = {}
+
+
+def clause(seam: str, cid: str, title: str):
+    """Register a check as a clause of ``seam``'s suite."""
+    def register(fn: Callable[["Subject"], None]) -> Callable[["Subject"], None]:
+        SUITES.setdefault(seam, []).append(Clause(seam, cid, title, fn))
+        return fn
+    return register
+
+
+class Subject:
+    """The implementation under test, given fresh simulated devices for each clause."""
+
+    SPEC = "tiny"
+    DEVICES = 2
+
+    def __init__(self, vendor: Vendor):
+        self.vendor = vendor
+        self.spec = load_spec(self.SPEC)
+        self.devices = [Device(self.spec, i) for i in range(self.DEVICES)]
+        self._driver = None
+
+    def driver(self):
+        if self._driver is None:
+            self._driver = self.vendor.driver(self.devices)
+        return self._driver
+
+    def runtime(self):
+        return self.vendor.runtime(self.driver())
+
+    def binaries(self, graph: Graph):
+        """The family's compiler output for ``graph``, one per format the driver loads."""
+        drv = self.driver()
+        props = drv.properties(0)
+        compiler = self.vendor.compiler()
+        loadable = set(drv.loadable_formats(0))
+        out = []
+        for fmt in compiler.output_formats():
+            if fmt in loadable:
+                plan = compiler.compile(graph, Target(props.target, fmt, props.compute_units))
+                out.append(plan)
+        if not out:
+            raise ContractFailure(f"the family's compiler emits {compiler.output_formats()}, none of which "
+                                  f"the driver loads ({sorted(loadable)})")
+        return out
+
+
+def add_relu_graph(n: int = 300) -> Graph:
+    """out = relu(a + b): one pointwise kernel with inputs in0, in1 and output out0."""
+    g = Graph("conform_add_relu")
+    a = g.input("a", (n,), DType.FLOAT32)
+    b = g.input("b", (n,), DType.FLOAT32)
+    g.output(g.op("relu", g.op("add", a, b)), names=["out"])
+    return g
+
+
+def expect_error(fn: Callable[[], object], what: str, kinds: tuple[type, ...] = (FornaxError,)) -> FornaxError:
+    """``fn`` must raise a fornax error of ``kinds`` that carries the vendor's exact code."""
+    try:
+        fn()
+    except kinds as exc:
+        if getattr(exc, "code", None) is None:
+            raise ContractFailure(f"{what}: raised {type(exc).__name__} without a vendor error code "
+                                  f"({exc})") from None
+        return exc
+    except FornaxError as exc:
+        raise ContractFailure(f"{what}: raised {type(exc).__name__} ({exc}), expected "
+                              f"{' or '.join(k.__name__ for k in kinds)}") from None
+    raise ContractFailure(f"{what}: no error was raised")
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ContractFailure(message)
+
+
+def rng_arrays(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32))
+
+
+def resolve_impl(ref: str) -> Vendor:
+    """``package.module:attr`` -> a Vendor (or a zero-argument factory of one)."""
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"--impl takes package.module:attribute, got {ref!r}")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        if callable(obj) and not isinstance(obj, Vendor):
+            obj = obj()
+    except Exception as exc:  # a broken implementation must not crash the suite
+        raise ConfigError(f"cannot load implementation {ref}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, Vendor):
+        raise ConfigError(f"{ref} is a {type(obj).__name__}, not a fornax Vendor")
+    return obj
+
+
+def run_clause(c: Clause, vendor: Vendor) -> Result:
+    try:
+        c.check(Subject(vendor))
+    except ContractFailure as exc:
+        return Result(c, False, str(exc))
+    except FornaxError as exc:
+        return Result(c, False, f"unexpected {type(exc).__name__}: {exc}")
+    except Exception as exc:  # an implementation crash is a failed clause, never a crashed suite
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        return Result(c, False, f"crashed with {type(exc).__name__}: {exc} "
+                                f"(at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})")
+    return Result(c, True, "")
+
+
+def run_suite(seam: str, vendor: Vendor) -> list[Result]:
+    from . import driver, runtime  # noqa: F401  (registers the clauses)
+    if seam not in SUITES:
+        raise ConfigError(f"no conformance suite for seam {seam!r}; suites: {', '.join(sorted(SUITES))}")
+    return [run_clause(c, vendor) for c in SUITES[seam]]

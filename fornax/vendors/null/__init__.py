@@ -1,0 +1,22 @@
+"""The null template vendor: the documented starting point for a new family.
+
+Every method of every seam raises ``NotSupportedError("not implemented:
+SEAM.HOOK")``.  Copy this package, rename it, and replace the methods one by
+one; ``fornax conform driver --impl yourpkg:VENDOR`` tells you, clause by
+clause, what still fails.  (Most families will rather subclass the shared
+bases in ``fornax.layers`` as the built-in families do, and only fill in
+their hooks and ``vendor.toml``.)
+"""
+
+from ...layers.vendor import Vendor, load_facts
+
+FACTS = load_facts(__name__)
+
+from .compiler import NullCompiler  # noqa: E402
+from .driver import NullDriver  # noqa: E402
+from .framework import NullFramework  # noqa: E402
+from .library import NullLibrary  # noqa: E402
+from .runtime import NullRuntime  # noqa: E402
+
+VENDOR = Vendor(FACTS["name"], FACTS["description"], FACTS, NullDriver, NullRuntime,
+                NullLibrary, NullCompiler, NullFramework)

@@ -1,0 +1,20 @@
+"""null compiler: the Compiler protocol with nothing implemented."""
+
+from __future__ import annotations
+
+from .driver import not_implemented
+
+
+class NullCompiler:
+    """Graph IR in, kernel binaries and a launch plan out — to be written."""
+
+    vendor = "null"
+
+    def output_formats(self):
+        raise not_implemented("compiler.output_formats")
+
+    def compile(self, graph, target, library_routines=frozenset()):
+        raise not_implemented("compiler.compile")
+
+    def report(self):
+        raise not_implemented("compiler.report")

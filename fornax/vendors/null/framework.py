@@ -1,0 +1,27 @@
+"""null framework: the Framework protocol with nothing implemented."""
+
+from __future__ import annotations
+
+from .driver import not_implemented
+
+
+class NullFramework:
+    """The family's face to PyTorch/JAX and its op routing — to be written."""
+
+    vendor = "null"
+
+    def __init__(self, compiler, library, runtime, target):
+        self.compiler, self.library, self.runtime, self.target = compiler, library, runtime, target
+
+    @property
+    def face(self):
+        raise not_implemented("framework.face")
+
+    def route(self, op):
+        raise not_implemented("framework.route")
+
+    def run(self, graph, feeds):
+        raise not_implemented("framework.run")
+
+    def report(self):
+        raise not_implemented("framework.report")
