@@ -147,8 +147,8 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
     if name == "runtime":
         return [f"{seam['api']}, queues: {seam['queue_kind']}; {seam['launches']} launches, "
                 f"{seam['h2d_copies']} H2D / {seam['d2h_copies']} D2H copies, {seam['host_syncs']} host syncs",
-                f"caching allocator: {seam['malloc_calls']} mallocs, {seam['device_allocations']} "
-                f"from the driver, {seam['cache_hits']} cache hits, peak {_fmt_bytes(seam['peak_allocated_bytes'])}; "
+                f"caching allocator: {seam['malloc_calls']} mallocs, {seam['segment_allocations']} "
+                f"segments from the driver, {seam['cache_hits']} served from cache, peak {_fmt_bytes(seam['peak_allocated_bytes'])}; "
                 f"module cache hits {seam['module_cache_hits']}"]
     return [f"{seam['api']} on {', '.join(seam['devices'])}; loads {', '.join(seam['loadable_formats'])}",
             f"{seam['modules_loaded']} module(s) loaded ({seam['jit_compiles']} JIT, "

@@ -17,6 +17,7 @@ import numpy as np
 
 from .binary import KernelBinary
 from .driver import Context, Driver, Marker, Module, Queue
+from .allocator import AllocatorOOM, CachingAllocator
 from .errors import ErrorTable, FornaxError, OutOfMemoryError
 
 
@@ -72,14 +73,9 @@ class RuntimeBase:
         self._contexts: dict[int, Context] = {}
         self._streams: dict[int, list[Stream]] = {}
         self._modules: dict[tuple[int, str], Module] = {}
-        self._live: dict[int, tuple[int, int]] = {}          # ptr -> (device, block size)
-        self._cache: dict[tuple[int, int], list[int]] = {}   # (device, size) -> free blocks
-        self.counts = {"malloc_calls": 0, "device_allocations": 0, "cache_hits": 0,
-                       "module_cache_hits": 0, "module_loads": 0, "launches": 0,
+        self._allocators: dict[int, CachingAllocator] = {}
+        self.counts = {"malloc_calls": 0, "module_cache_hits": 0, "module_loads": 0, "launches": 0,
                        "h2d_copies": 0, "d2h_copies": 0, "host_syncs": 0, "streams": 0}
-        self.allocated = 0
-        self.reserved = 0
-        self.peak_allocated = 0
 
     def _error(self, message: str, call: str, hint: str | None = None,
                condition: str = "invalid_value") -> FornaxError:
@@ -134,52 +130,50 @@ class RuntimeBase:
         if call in self.blocking:
             self.synchronize()
 
-    # -- memory: a caching allocator ---------------------------------------------------
-    def malloc(self, nbytes: int) -> int:
-        if not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+    # -- memory: a caching allocator per device -------------------------------------------
+    def allocator(self, index: int | None = None) -> CachingAllocator:
+        index = self._device if index is None else index
+        if index not in self._allocators:
+            ctx = self.context(index)
+            self._allocators[index] = CachingAllocator(
+                lambda n: self.driver.allocate(ctx, n), lambda p: self.driver.free(ctx, p),
+                lambda: self.driver.memory_info(index), OutOfMemoryError)
+        return self._allocators[index]
+
+    def malloc(self, nbytes: int, stream: Stream | None = None) -> int:
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
             raise self._error(f"allocation size must be a positive integer, got {nbytes!r}", "malloc")
         self._maybe_block("malloc")
         self.counts["malloc_calls"] += 1
-        size = -(-int(nbytes) // self.ROUND) * self.ROUND
-        key = (self._device, size)
-        if self._cache.get(key):
-            ptr = self._cache[key].pop()
-            self.counts["cache_hits"] += 1
-        else:
-            try:
-                ptr = self.driver.allocate(self.context(), size)
-            except OutOfMemoryError as exc:
-                raise self._error(
-                    f"out of memory allocating {size} bytes: {self.allocated} bytes allocated, "
-                    f"{self.reserved} reserved by this runtime ({exc.message})", "malloc",
-                    hint="free tensors or call empty_cache()", condition="out_of_memory") from exc
-            self.reserved += size
-            self.counts["device_allocations"] += 1
-        self._live[ptr] = key
-        self.allocated += size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        return ptr
+        stream_id = stream.id if stream is not None else 0
+        try:
+            return self.allocator().allocate(int(nbytes), stream_id)
+        except AllocatorOOM as exc:
+            raise self._error(f"out of memory: {exc}", "malloc",
+                              hint="free tensors, call empty_cache(), or use a larger spec",
+                              condition="out_of_memory") from exc
 
     def free(self, ptr: int) -> None:
-        key = self._live.pop(ptr, None)
-        if key is None:
+        alloc = next((a for a in self._allocators.values() if a.owns(ptr)), None)
+        if alloc is None:
             raise self._error(f"{ptr!r} was not returned by {self.calls.get('malloc', 'malloc')} "
                               "or was already freed", "free")
         self._maybe_block("free")
-        self.allocated -= key[1]
-        self._cache.setdefault(key, []).append(ptr)
+        alloc.free(ptr)
 
     def empty_cache(self) -> None:
-        """Return every cached (unused) block to the driver."""
-        for (device, size), ptrs in self._cache.items():
-            for ptr in ptrs:
-                self.driver.free(self.context(device), ptr)
-                self.reserved -= size
-        self._cache.clear()
+        """Return every wholly unused cached segment to the driver."""
+        for alloc in self._allocators.values():
+            alloc.empty_cache()
 
-    def memory_stats(self) -> dict:
-        return {"allocated_bytes": self.allocated, "reserved_bytes": self.reserved,
-                "peak_allocated_bytes": self.peak_allocated}
+    def memory_stats(self, index: int | None = None) -> dict:
+        """The caching allocator's statistics for a device (PyTorch's memory_stats, flattened)."""
+        return dict(self.allocator(index).stats)
+
+    def memory_summary(self, index: int | None = None) -> str:
+        index = self._device if index is None else index
+        return self.allocator(index).summary(
+            f"{self.facts['runtime']['api']} caching allocator, device {index}")
 
     # -- copies ------------------------------------------------------------------------------
     def memcpy_h2d(self, dst: int, src: np.ndarray, stream: Stream | None = None) -> None:

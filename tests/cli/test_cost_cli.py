@@ -107,3 +107,14 @@ def test_specs_lists_and_shows_the_new_specs():
         assert name in r.stdout
     r = CliRunner().invoke(main, ["specs", "mi300x-like"])
     assert r.exit_code == 0 and "304" in r.stdout and "memory_latency_s" in r.stdout
+
+
+def test_report_costs_carry_power_and_thermal():
+    r = CliRunner().invoke(main, ["compose", "--vendor", "cuda-like", "--spec", "tiny", "--json"])
+    assert r.exit_code == 0, r.stderr
+    c = json.loads(r.stdout)["costs"]
+    p = load_spec("tiny").power
+    # static power over the run plus a positive dynamic part for the kernels and copies
+    assert c["energy_j"] > p["static_w"] * c["device_time_s"] > 0
+    assert c["avg_power_w"] == pytest.approx(c["energy_j"] / c["device_time_s"])
+    assert c["throttled_s"] == 0.0 and c["peak_temp_c"] >= p["ambient_c"]

@@ -585,8 +585,12 @@ def test_runtime_caching_allocator_reuses_freed_blocks(vendor):
     p2 = rt.malloc(1000)
     assert p2 == p1                                       # the cached block comes back
     assert drv.counts["allocations"] == device_allocs     # without a new device allocation
-    p3 = rt.malloc(1000)                                  # p2 is live: a fresh block
-    assert p3 != p2 and drv.counts["allocations"] == device_allocs + 1
+    p3 = rt.malloc(1000)                                  # p2 is live: the next 1024 bytes of its segment
+    assert p3 == p2 + 1024 and drv.counts["allocations"] == device_allocs
+    big = rt.malloc(3 * 1024 * 1024)                      # a large request: its own 20 MiB segment
+    assert drv.counts["allocations"] == device_allocs + 1
+    rt.free(big)
+    rt.free(p3)
     with pytest.raises(InvalidArgumentError):
         rt.free(12345)
     rt.free(p2)
