@@ -65,6 +65,10 @@ class PowerModel:
         self.throttled_s = 0.0          # kernel time spent below the nominal clock
         self.clock_fraction = 1.0       # clock of the last kernel
         self.parts = EnergyParts()
+        #: (time_s, {"power_w", "temp_c", "clock_fraction"}) at the start of each piece of work,
+        #: for the trace's counter tracks; bounded so long runs stay cheap
+        self.samples: list[tuple[float, dict]] = []
+        self.max_samples = 100_000
 
     # -- energy per unit of work ---------------------------------------------------------
     def matrix_pj(self, dtype: str) -> float:
@@ -118,6 +122,10 @@ class PowerModel:
             self.time_s = t
 
     def _activity(self, start: float, duration: float, e: EnergyParts) -> None:
+        if len(self.samples) < self.max_samples:
+            power = self.static_w + (e.dynamic_j / duration if duration > 0 else 0.0)
+            self.samples.append((start, {"power_w": power, "temp_c": self.temp_c,
+                                         "clock_fraction": self.clock_fraction}))
         self.parts.matrix_j += e.matrix_j
         self.parts.vector_j += e.vector_j
         self.parts.hbm_j += e.hbm_j
