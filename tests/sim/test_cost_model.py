@@ -103,11 +103,18 @@ def test_small_gemm_less_efficient():
     assert small.cost.launch_s + small.cost.ramp_s > 0.3 * small.time_s
 
 
-@pytest.mark.parametrize("name", ["h100-like", "h200-like", "mi300x-like", "max1550-like"])
+# fraction of the datasheet bf16 peak a large tuned GEMM reaches on real parts (public measurements:
+# H100/H200 cuBLAS ~750-800 of 989; MI300X hipBLASLt ~600-700 of 1307; Max 1550: vendor-tuned estimate)
+GEMM_FRACTION = {"h100-like": (0.70, 0.85), "h200-like": (0.70, 0.85), "mi300x-like": (0.45, 0.55),
+                 "max1550-like": (0.70, 0.85)}
+
+
+@pytest.mark.parametrize("name", sorted(GEMM_FRACTION))
 def test_large_bf16_gemm_plausible(name):
     spec = load_spec(name)
     e = gemm_cost(spec, 8192, 8192, 8192, "bfloat16")
-    assert 0.70 <= e.tflops * 1e12 / spec.matrix_peak["bfloat16"] <= 0.85
+    lo, hi = GEMM_FRACTION[name]
+    assert lo <= e.tflops * 1e12 / spec.matrix_peak["bfloat16"] <= hi
     copy = copy_estimate(spec, GiB, "d2d")
     assert 0.6 * spec.hbm_bandwidth <= copy.gbps * 1e9 <= spec.hbm_bandwidth
 
