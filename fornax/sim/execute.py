@@ -111,6 +111,7 @@ class _Run:
         self.args = args
         self.c = counters
         self.regs: dict[str, np.ndarray] = {}
+        self.pending: dict[tuple[str, str], list] = {}     # store_reduce contributions
         self.ptr_dtype = {p.name: isa.np_dtype(p.dtype) for p in program.params if p.kind == "ptr"}
 
     def fail(self, ins, msg: str):
@@ -182,6 +183,8 @@ class _Run:
                 regs[ins.dst] = y
             elif t is isa.Load:
                 regs[ins.dst] = self.load(ins, len(ids))
+            elif t is isa.StoreReduce:
+                self.store_reduce(ins, len(ids))
             elif t is isa.Store:
                 self.store(ins, len(ids))
             elif t is isa.Dot:
@@ -247,6 +250,43 @@ class _Run:
         self.c.bytes_written += addrs.size * dtype.itemsize
         self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
 
+    def store_reduce(self, ins, n: int) -> None:
+        """Collect contributions; they are combined once, in order, when the kernel ends."""
+        addrs, mask, dtype = self._addresses(ins, n)
+        value = self.regs[ins.value]
+        addrs, value = _align(addrs, value)
+        shape = np.broadcast_shapes(addrs.shape, value.shape)
+        if mask is not None:
+            mask, _ = _align(mask, value)
+            shape = np.broadcast_shapes(shape, mask.shape)
+        addrs = np.broadcast_to(addrs, shape)
+        value = np.broadcast_to(value.astype(dtype, copy=False), shape)
+        if mask is not None:
+            mask = np.broadcast_to(mask, shape)
+            addrs, value = addrs[mask], value[mask]
+        self.pending.setdefault((ins.ptr, ins.fn), []).append((addrs.ravel(), np.ravel(value)))
+
+    def flush_reductions(self) -> None:
+        for (ptr, fn), parts in self.pending.items():
+            addrs = np.concatenate([a for a, _ in parts])
+            values = np.concatenate([v for _, v in parts])
+            if addrs.size == 0:
+                continue
+            dtype = values.dtype
+            uniq, inverse = np.unique(addrs, return_inverse=True)
+            ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[fn]
+            work = _compute_dtype(values)
+            acc = self.space.gather(uniq, dtype)
+            acc = _compute_dtype(acc).copy()
+            ufunc.at(acc, inverse, work)          # sequential in contribution order: deterministic
+            self.space.scatter(uniq, acc.astype(dtype))
+            self.c.bytes_read += uniq.size * dtype.itemsize
+            self.c.bytes_written += uniq.size * dtype.itemsize
+            self.c.add_flops(self.c.vector_flops, _dtype_name(values), values.size)
+            self.c.touch(self.c.read_ranges, ptr, uniq, dtype.itemsize)
+            self.c.touch(self.c.write_ranges, ptr, uniq, dtype.itemsize)
+        self.pending = {}
+
     def dot(self, ins, n: int) -> None:
         a, b, acc = self.regs[ins.a], self.regs[ins.b], self.regs[ins.acc]
         if a.ndim != 3 or b.ndim != 3 or a.shape[2] != b.shape[1]:
@@ -275,4 +315,5 @@ def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
         ids = np.arange(start, min(total, start + chunk), dtype=np.int64)
         runner.regs = {}
         runner.run(program.body, ids, (gx, gy, gz))
+    runner.flush_reductions()
     return counters

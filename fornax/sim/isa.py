@@ -165,6 +165,24 @@ class Store:
 
 
 @dataclass(frozen=True)
+class StoreReduce:
+    """Deterministic cross-instance reduction into memory.
+
+    Every active lane of every instance contributes ``value`` to the element
+    at its offset; contributions to one element are combined with ``fn`` in
+    instance order (then lane order) and finally with the element's prior
+    contents, so the result is the same on every run, unlike a float atomic.
+    """
+
+    ptr: str
+    offsets: str
+    value: str
+    fn: str = "sum"
+    mask: str | None = None
+    op = "store_reduce"
+
+
+@dataclass(frozen=True)
 class Dot:
     dst: str
     a: str
@@ -190,7 +208,7 @@ class Loop:
 
 
 INSTRUCTIONS = {cls.op: cls for cls in (ProgramId, Arange, Const, ScalarArg, Unary, Binary, Where,
-                                        Convert, Reshape, Broadcast, Reduce, Load, Store, Dot,
+                                        Convert, Reshape, Broadcast, Reduce, Load, Store, StoreReduce, Dot,
                                         Barrier, Loop)}
 
 
@@ -222,7 +240,8 @@ def _reads(ins) -> list[str]:
     names = {
         Unary: ("src",), Binary: ("a", "b"), Where: ("cond", "a", "b"), Convert: ("src",),
         Reshape: ("src",), Broadcast: ("src",), Reduce: ("src",), Load: ("offsets", "mask"),
-        Store: ("offsets", "value", "mask"), Dot: ("a", "b", "acc"),
+        Store: ("offsets", "value", "mask"), StoreReduce: ("offsets", "value", "mask"),
+        Dot: ("a", "b", "acc"),
     }.get(type(ins), ())
     return [getattr(ins, n) for n in names if getattr(ins, n) is not None]
 
@@ -259,7 +278,9 @@ def _verify(program: Program) -> Program:
             for reg in _reads(ins):
                 if reg not in defined:
                     raise InvalidProgram(f"{loc}: reads register {reg} before it is written")
-            if isinstance(ins, (Load, Store)):
+            if isinstance(ins, StoreReduce) and ins.fn not in REDUCE:
+                raise InvalidProgram(f"{loc}: unknown reduction {ins.fn!r}")
+            if isinstance(ins, (Load, Store, StoreReduce)):
                 p = params.get(ins.ptr)
                 if p is None or p.kind != "ptr":
                     raise InvalidProgram(f"{loc}: {ins.ptr!r} is not a pointer parameter")
