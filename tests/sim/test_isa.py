@@ -9,7 +9,7 @@ from fornax.layers.graph import DType
 from fornax.sim import isa
 from fornax.sim.faults import InvalidProgram
 from fornax.sim.isa import (Arange, Barrier, Binary, Broadcast, Const, Convert, Dot, Load, Loop,
-                            Param, Program, ProgramId, Reduce, Reshape, ScalarArg, Store, Unary,
+                            Param, Program, ProgramId, Reduce, Reshape, ScalarArg, Store, StoreReduce, Unary,
                             Where)
 
 
@@ -63,6 +63,7 @@ def every_instruction_program() -> Program:
         Convert("%h", "%w", "bfloat16"),
         Unary("%nb", "not", "%yes"),
         Store("c", "%off", "%h", "%nb"),
+        StoreReduce("c", "%off", "%h", "max", "%nb"),
     )
     params = (Param("a", "ptr", "float32"), Param("b", "ptr", "float32"),
               Param("c", "ptr", "bfloat16"), Param("kb", "scalar", "int64"))
