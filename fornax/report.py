@@ -105,7 +105,7 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
 
 
 # ---- rendering ------------------------------------------------------------------------------
-def _fmt_time(s: float) -> str:
+def fmt_time(s: float) -> str:
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:
@@ -113,7 +113,7 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e6:.2f} µs"
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -137,7 +137,7 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
                 f"{seam['kernels']} kernels ({seam['fused_kernels']} fused) + "
                 f"{seam['library_calls']} library calls; SIMD {seam['simd_width']}, matrix "
                 f"{'x'.join(map(str, seam['matrix_shape']))}; {seam['binary_bytes']} bytes of binary",
-                f"compile cache hits {seam['cache_hits']}; compile wall {_fmt_time(seam['compile_wall_s'])}"]
+                f"compile cache hits {seam['cache_hits']}; compile wall {fmt_time(seam['compile_wall_s'])}"]
     if name == "library":
         lines = [f"{seam['name']}: {seam['calls']} call(s); ships {', '.join(seam['shipped'])}"]
         for c in seam["algorithms_chosen"][:6]:
@@ -148,13 +148,13 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
         return [f"{seam['api']}, queues: {seam['queue_kind']}; {seam['launches']} launches, "
                 f"{seam['h2d_copies']} H2D / {seam['d2h_copies']} D2H copies, {seam['host_syncs']} host syncs",
                 f"caching allocator: {seam['malloc_calls']} mallocs, {seam['segment_allocations']} "
-                f"segments from the driver, {seam['cache_hits']} served from cache, peak {_fmt_bytes(seam['peak_allocated_bytes'])}; "
+                f"segments from the driver, {seam['cache_hits']} served from cache, peak {fmt_bytes(seam['peak_allocated_bytes'])}; "
                 f"module cache hits {seam['module_cache_hits']}"]
     return [f"{seam['api']} on {', '.join(seam['devices'])}; loads {', '.join(seam['loadable_formats'])}",
             f"{seam['modules_loaded']} module(s) loaded ({seam['jit_compiles']} JIT, "
-            f"{seam['il_builds']} IL builds, {_fmt_time(seam['module_load_s'])}), "
+            f"{seam['il_builds']} IL builds, {fmt_time(seam['module_load_s'])}), "
             f"{seam['launches']} launches, {seam['copies']} copies "
-            f"({_fmt_bytes(seam['h2d_bytes'])} H2D, {_fmt_bytes(seam['d2h_bytes'])} D2H)"]
+            f"({fmt_bytes(seam['h2d_bytes'])} H2D, {fmt_bytes(seam['d2h_bytes'])} D2H)"]
 
 
 def render(report: dict, console: Console | None = None) -> None:
@@ -174,8 +174,8 @@ def render(report: dict, console: Console | None = None) -> None:
         for col in ("kernel", "grid", "device time", "GFLOP", "bytes", "bound"):
             kt.add_column(col, justify="left" if col in ("kernel", "bound") else "right")
         for k in report["kernels"][:20]:
-            kt.add_row(k["name"], "x".join(map(str, k["grid"])), _fmt_time(k["device_time_s"]),
-                       f"{k['flops'] / 1e9:.3f}", _fmt_bytes(k["bytes"]), k["bound"])
+            kt.add_row(k["name"], "x".join(map(str, k["grid"])), fmt_time(k["device_time_s"]),
+                       f"{k['flops'] / 1e9:.3f}", fmt_bytes(k["bytes"]), k["bound"])
         console.print(kt)
 
     if report["manifest"].get("meta"):
@@ -195,18 +195,18 @@ def render(report: dict, console: Console | None = None) -> None:
     ct = Table(title="costs", show_header=False)
     ct.add_column("what")
     ct.add_column("value", justify="right")
-    ct.add_row("simulated device time", _fmt_time(c["device_time_s"]))
-    ct.add_row("host wall time (separate clock)", _fmt_time(c["host_wall_s"]))
+    ct.add_row("simulated device time", fmt_time(c["device_time_s"]))
+    ct.add_row("host wall time (separate clock)", fmt_time(c["host_wall_s"]))
     ct.add_row("kernels / launches / fused", f"{c['kernels']} / {c['launches']} / {c['fused_kernels']}")
     ct.add_row("library calls", str(c["library_calls"]))
-    ct.add_row("H2D / D2H bytes", f"{_fmt_bytes(c['h2d_bytes'])} / {_fmt_bytes(c['d2h_bytes'])}")
-    ct.add_row("peak device memory", _fmt_bytes(c["peak_device_bytes"]))
-    ct.add_row("compile (host wall)", _fmt_time(c["compile_wall_s"]))
-    ct.add_row("module JIT / IL build (simulated, driver)", _fmt_time(c["module_build_s"]))
+    ct.add_row("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")
+    ct.add_row("peak device memory", fmt_bytes(c["peak_device_bytes"]))
+    ct.add_row("compile (host wall)", fmt_time(c["compile_wall_s"]))
+    ct.add_row("module JIT / IL build (simulated, driver)", fmt_time(c["module_build_s"]))
     if "energy_j" in c:
         ct.add_row("energy (simulated)", f"{c['energy_j']:.4g} J")
         ct.add_row("average power", f"{c['avg_power_w']:.1f} W")
-        ct.add_row("time at a throttled clock", _fmt_time(c["throttled_s"]))
+        ct.add_row("time at a throttled clock", fmt_time(c["throttled_s"]))
         ct.add_row("peak temperature", f"{c['peak_temp_c']:.1f} °C")
     console.print(ct)
 
@@ -225,9 +225,9 @@ def render(report: dict, console: Console | None = None) -> None:
             a, b = r["first"], r["second"]
             rt.add_row(r["kind"], f"[{r['range'][0]:#x}, {r['range'][1]:#x})",
                        f"{a['kind']} {a['label']} ({a['access']} {a['param']}) on queue {a['queue']}, "
-                       f"{_fmt_time(a['start_s'])}-{_fmt_time(a['end_s'])}",
+                       f"{fmt_time(a['start_s'])}-{fmt_time(a['end_s'])}",
                        f"{b['kind']} {b['label']} ({b['access']} {b['param']}) on queue {b['queue']}, "
-                       f"{_fmt_time(b['start_s'])}-{_fmt_time(b['end_s'])}")
+                       f"{fmt_time(b['start_s'])}-{fmt_time(b['end_s'])}")
         console.print(rt)
     for e in report["errors"]:
         console.print(f"[red]error[/] {e['message']}")

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..layers.errors import ConfigError
+from ..report import fmt_time
 from ..sim import cost as model
 from ..sim.spec import load_spec
 from ..sim.topology import ALGORITHMS, KINDS, Topology
@@ -79,14 +80,6 @@ def _choice(text: str, options, what: str) -> str:
     return text
 
 
-def _fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.2f} µs"
-
-
 def _emit(as_json: bool, title: str, result: dict, rows: list[tuple[str, str]]) -> None:
     if as_json:
         click.echo(json.dumps(result))
@@ -139,14 +132,14 @@ def gemm(m, n, k, batch, dtype, spec_name, as_json, debug):
               "matrix_unit": dt in spec.matrix_peak, **_kernel_fields(e.cost)}
     tile = "x".join(map(str, e.detail["tile"]))
     _emit(as_json, f"GEMM {sizes['m']}x{sizes['n']}x{sizes['k']} {dt} on {spec.name}", result, [
-        ("time", _fmt_time(e.time_s)), ("throughput", f"{e.tflops:.1f} TFLOP/s"),
+        ("time", fmt_time(e.time_s)), ("throughput", f"{e.tflops:.1f} TFLOP/s"),
         ("of peak", f"{result['fraction_of_peak']:.0%} of {peak / 1e12:.0f} TFLOP/s"
                     + ("" if result["matrix_unit"] else " (no matrix-unit rate: vector)")),
         ("tile, instances", f"{tile}, {e.detail['instances']} (wave efficiency "
                             f"{e.cost.wave_efficiency:.0%})"),
         ("bound", e.cost.bound),
-        ("compute / memory", f"{_fmt_time(e.cost.compute_s)} / {_fmt_time(e.cost.memory_s)}"),
-        ("launch + ramp", f"{_fmt_time(e.cost.launch_s)} + {_fmt_time(e.cost.ramp_s)}"),
+        ("compute / memory", f"{fmt_time(e.cost.compute_s)} / {fmt_time(e.cost.memory_s)}"),
+        ("launch + ramp", f"{fmt_time(e.cost.launch_s)} + {fmt_time(e.cost.ramp_s)}"),
         ("HBM / L2 traffic", f"{e.cost.hbm_bytes / 1e9:.3f} GB / {e.cost.l2_bytes / 1e9:.3f} GB"),
     ])
 
@@ -168,7 +161,7 @@ def copy(nbytes, kind, spec_name, as_json, debug):
               "gbps": e.gbps, "bytes_counted": e.bytes}
     note = " (read + write)" if kind == "d2d" else ""
     _emit(as_json, f"{kind} copy of {size} bytes on {spec.name}", result, [
-        ("time", _fmt_time(e.time_s)), ("bandwidth", f"{e.gbps:.1f} GB/s{note}")])
+        ("time", fmt_time(e.time_s)), ("bandwidth", f"{e.gbps:.1f} GB/s{note}")])
 
 
 @cost.command()
@@ -194,7 +187,7 @@ def allreduce(nbytes, devices, kind, algorithm, spec_name, as_json, debug):
     result = {"op": "allreduce", "spec": spec.name, "bytes": size, "devices": n, "topology": kind,
               "algorithm": algorithm, "time_s": t, "gbps": algbw, "bus_gbps": busbw}
     _emit(as_json, f"all-reduce of {size} bytes over {n} devices ({kind}, {algorithm}) on {spec.name}",
-          result, [("time", _fmt_time(t)), ("algorithm bandwidth", f"{algbw:.1f} GB/s"),
+          result, [("time", fmt_time(t)), ("algorithm bandwidth", f"{algbw:.1f} GB/s"),
                    ("bus bandwidth", f"{busbw:.1f} GB/s (x 2(N-1)/N)")])
 
 
@@ -221,8 +214,8 @@ def attention(batch, heads, seq, head_dim, causal, dtype, spec_name, as_json, de
               "tflops": e.tflops, **_kernel_fields(e.cost)}
     _emit(as_json, f"attention B={sizes['batch']} H={sizes['heads']} S={sizes['seq']} "
                    f"D={sizes['head_dim']}{' causal' if causal else ''} {dt} on {spec.name}", result, [
-        ("time", _fmt_time(e.time_s)), ("throughput", f"{e.tflops:.1f} TFLOP/s"),
+        ("time", fmt_time(e.time_s)), ("throughput", f"{e.tflops:.1f} TFLOP/s"),
         ("bound", e.cost.bound),
-        ("compute / memory", f"{_fmt_time(e.cost.compute_s)} / {_fmt_time(e.cost.memory_s)}"),
+        ("compute / memory", f"{fmt_time(e.cost.compute_s)} / {fmt_time(e.cost.memory_s)}"),
         ("HBM / L2 traffic", f"{e.cost.hbm_bytes / 1e9:.3f} GB / {e.cost.l2_bytes / 1e9:.3f} GB"),
     ])

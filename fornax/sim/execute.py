@@ -233,7 +233,8 @@ class _Run:
         self.c.bytes_read += active * dtype.itemsize * scale
         return values
 
-    def store(self, ins, n: int) -> None:
+    def _lanes(self, ins, n: int):
+        """Active lanes of a store-like instruction: flat addresses and values, and the dtype."""
         addrs, mask, dtype = self._addresses(ins, n)
         value = self.regs[ins.value]
         addrs, value = _align(addrs, value)
@@ -246,25 +247,18 @@ class _Run:
         if mask is not None:
             mask = np.broadcast_to(mask, shape)
             addrs, value = addrs[mask], value[mask]
-        self.space.scatter(addrs.ravel(), np.ascontiguousarray(value).ravel())
+        return addrs.ravel(), np.ascontiguousarray(value).ravel(), dtype
+
+    def store(self, ins, n: int) -> None:
+        addrs, values, dtype = self._lanes(ins, n)
+        self.space.scatter(addrs, values)
         self.c.bytes_written += addrs.size * dtype.itemsize
         self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
 
     def store_reduce(self, ins, n: int) -> None:
         """Collect contributions; they are combined once, in order, when the kernel ends."""
-        addrs, mask, dtype = self._addresses(ins, n)
-        value = self.regs[ins.value]
-        addrs, value = _align(addrs, value)
-        shape = np.broadcast_shapes(addrs.shape, value.shape)
-        if mask is not None:
-            mask, _ = _align(mask, value)
-            shape = np.broadcast_shapes(shape, mask.shape)
-        addrs = np.broadcast_to(addrs, shape)
-        value = np.broadcast_to(value.astype(dtype, copy=False), shape)
-        if mask is not None:
-            mask = np.broadcast_to(mask, shape)
-            addrs, value = addrs[mask], value[mask]
-        self.pending.setdefault((ins.ptr, ins.fn), []).append((addrs.ravel(), np.ravel(value)))
+        addrs, values, _ = self._lanes(ins, n)
+        self.pending.setdefault((ins.ptr, ins.fn), []).append((addrs, values))
 
     def flush_reductions(self) -> None:
         for (ptr, fn), parts in self.pending.items():
