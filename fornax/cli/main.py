@@ -87,6 +87,9 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
     cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base,
                       devices=devices, topology=topology, meta=meta)
     wl = get_workload(workload or DEFAULT_WORKLOAD)
+    if wl.meta_only and not cfg.meta:
+        raise ConfigError(f"workload {wl.name} needs shape-only mode: add --meta (its weights and "
+                          "activations are too large to hold as data)")
     stack = compose(cfg)
     if inject:
         try:
@@ -95,12 +98,15 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
             raise ConfigError(f"--inject: {exc}") from None
         for device in stack.devices:
             device.inject(plan)
-    graph, feeds = wl.build(cfg.seed)
+    graph, feeds = wl.build(cfg.seed) if wl.runner is None else (None, None)
     t0 = time.perf_counter()
-    errors, result, nums = [], None, []
+    errors, result, nums, scenario = [], None, [], None
     try:
-        result = stack.run(graph, feeds)
-        nums = [] if cfg.meta else numerics(graph, result.outputs, feeds)   # meta: no data to compare
+        if wl.runner is not None:           # a scenario that drives the stack itself
+            result, scenario = wl.runner(stack, cfg.seed)
+        else:
+            result = stack.run(graph, feeds)
+            nums = [] if cfg.meta else numerics(graph, result.outputs, feeds)   # meta: no data
     except FornaxError as exc:
         if debug:
             raise
@@ -108,6 +114,8 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
         failed = str(exc)                   # the message with the vendor code and the hint
     wall = time.perf_counter() - t0
     rep = report_mod.build(stack, wl.name, result, nums, wall, errors)
+    if scenario is not None:
+        rep["scenario"] = scenario
     if trace_path:
         try:
             with open(trace_path, "w", encoding="utf-8") as fh:
@@ -118,6 +126,8 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
         click.echo(json.dumps(rep, indent=2, default=str))
     else:
         report_mod.render(rep, Console())
+        if scenario is not None:
+            _render_scenario(scenario, Console())
     if errors:
         if not as_json:
             _fail(failed, 1)
@@ -129,6 +139,31 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
 
 
 compose_cmd.name = "compose"
+
+
+def _render_scenario(sc: dict, console: Console) -> None:
+    """The figures of a scenario workload (``report["scenario"]``, e.g. a training step)."""
+    t = Table(title="scenario: training step (simulated device; host figures measured)",
+              show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    rows = [("simulated step time", f"{sc['step_time_s']:.4f} s"),
+            ("compute / communication (simulated)",
+             f"{sc['compute_s']:.4f} s / {sc['communication_s']:.4f} s"),
+            ("exposed communication", f"{sc['exposed_communication_s']:.4f} s"),
+            ("all-reduces", f"{sc['all_reduces']} ({sc['all_reduce_bytes'] / 2**30:.1f} GiB)"),
+            ("FLOPs executed / model (6 x params x tokens)",
+             f"{sc['executed_flops']:.3e} / {sc['model_flops']:.3e}"),
+            ("model FLOPs utilisation", f"{sc['mfu']:.1%}"),
+            ("per-device peak HBM", f"{sc['peak_hbm_bytes'] / 1e9:.1f} GB of "
+             f"{sc['hbm_bytes'] / 1e9:.0f} GB ({'fits' if sc['fits'] else 'DOES NOT FIT'})"),
+            ("host wall time (build + compile + run)", f"{sc['host_wall_s']:.2f} s"),
+            ("peak host memory (ru_maxrss)", f"{sc['peak_host_rss_bytes'] / 2**30:.2f} GiB")]
+    for what, value in rows:
+        t.add_row(what, value)
+    console.print(t)
+    for line in [sc["symmetry"], *sc.get("notes", [])]:
+        console.print(f"note: {line}")
 
 
 @main.command()

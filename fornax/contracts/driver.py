@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..layers.binary import KernelBinary
-from ..layers.compiler import KernelStep
+from ..layers.compiler import KernelStep, Target
 from ..layers.errors import BinaryError, DeviceLostError, MemoryFaultError, OutOfMemoryError
+from ..sim import isa
 from .base import ContractFailure, Subject, add_relu_graph, clause, expect_error, require, rng_arrays
 
 SEAM = "driver"
@@ -250,3 +251,56 @@ def report(s: Subject) -> None:
             f"report() must be a dict naming the vendor, got {str(rep)[:80]}")
     if not isinstance(rep.get("launches", 1), int):
         raise ContractFailure("report()['launches'] is not a count")
+
+
+@clause(SEAM, "D17", "managed memory is usable from the host and from device kernels")
+def managed_memory(s: Subject) -> None:
+    d = s.driver()
+    ctx = d.create_context(0)
+    plan, step, module = _kernel(s, ctx)
+    a, b = rng_arrays(N, seed=3)
+    ptrs = {name: d.allocate(ctx, N * 4, "managed") for name in ("in0", "in1", "out0")}
+    d.host_write(ctx, ptrs["in0"], a)
+    d.host_write(ctx, ptrs["in1"], b)
+    q = d.create_queue(ctx)
+    q.launch(module, step.entry, step.grid, ptrs)
+    q.synchronize()
+    out = np.frombuffer(d.host_read(ctx, ptrs["out0"], N * 4), np.float32)
+    require(np.allclose(out, np.maximum(a.astype(np.float64) + b, 0), rtol=1e-6, atol=1e-6),
+            "a kernel over managed memory, written and read by the host, gave a wrong result")
+    dev = d.allocate(ctx, 64)
+    expect_error(lambda: d.host_read(ctx, dev, 64), "the host reading plain device memory")
+
+
+def _limit_program(name: str, **meta) -> isa.Program:
+    return isa.verify(isa.Program(name, (isa.Param("dst", "ptr", "float32"),), (
+        isa.Arange("%i", 32), isa.Const("%one", 1.0, "float32"),
+        isa.Broadcast("%v", "%one", (32,)), isa.Store("dst", "%i", "%v"),
+    ), meta))
+
+
+@clause(SEAM, "D18", "enforces launch limits (work-group size, registers, shared memory) with a vendor code")
+def launch_limits(s: Subject) -> None:
+    d = s.driver()
+    ctx = d.create_context(0)
+    spec = s.spec
+    programs = [_limit_program("fits", group_size=32, registers=32, shared_memory=1024),
+                _limit_program("wide", group_size=2 * spec.max_group_size),
+                _limit_program("hungry", group_size=spec.max_group_size,
+                               registers=2 * spec.registers_per_unit // spec.max_group_size),
+                _limit_program("big_smem", group_size=32, shared_memory=spec.shared_memory_per_unit + 1)]
+    props = d.properties(0)
+    compiler = s.vendor.compiler()
+    fmt = next((f for f in compiler.output_formats() if f in d.loadable_formats(0)), None)
+    require(fmt is not None, "the family's compiler emits no format its driver loads")
+    module = d.load_module(ctx, compiler.emit(programs, Target(props.target, fmt, props.compute_units)))
+    q = d.create_queue(ctx)
+    dst = d.allocate(ctx, 128)
+    q.launch(module, "fits", (1, 1, 1), {"dst": dst})
+    q.synchronize()
+    for name, what in (("wide", "a work-group larger than the device allows"),
+                       ("hungry", "more registers than a compute unit has"),
+                       ("big_smem", "more shared memory than a compute unit has")):
+        expect_error(lambda: q.launch(module, name, (1, 1, 1), {"dst": dst}), f"launching with {what}")
+    q.launch(module, "fits", (1, 1, 1), {"dst": dst})     # a refused launch leaves the queue usable
+    q.synchronize()

@@ -77,7 +77,7 @@ def _launch(s: Subject, rt, stream_a, stream_b):
 @clause(SEAM, "R05", "launches kernels and orders streams with events")
 def streams_events(s: Subject) -> None:
     rt = s.runtime()
-    a, b = rt.create_stream(), rt.create_stream()
+    a, b = rt.create_stream(in_order=True), rt.create_stream(in_order=True)
     _, out, ref = _launch(s, rt, a, b)
     require(np.allclose(out, ref, rtol=1e-6, atol=1e-6),
             "a copy on stream B after an event recorded on stream A did not see A's kernel")
@@ -95,7 +95,7 @@ def module_cache(s: Subject) -> None:
 @clause(SEAM, "R07", "synchronize completes the work of every stream")
 def synchronize(s: Subject) -> None:
     rt = s.runtime()
-    stream = rt.create_stream()
+    stream = rt.create_stream(in_order=True)
     data = np.arange(N, dtype=np.float32)
     p = rt.malloc(data.nbytes)
     rt.memcpy_h2d(p, data, stream)
@@ -113,3 +113,69 @@ def report(s: Subject) -> None:
     rep = rt.report()
     require(isinstance(rep, dict) and rep.get("vendor") == s.vendor.name,
             f"report() must be a dict naming the vendor, got {str(rep)[:80]}")
+
+
+@clause(SEAM, "R09", "times events on the simulated clock and refuses unrecorded ones")
+def events(s: Subject) -> None:
+    rt = s.runtime()
+    stream = rt.create_stream(in_order=True, enable_profiling=True)
+    data = np.arange(N, dtype=np.float32)
+    p = rt.malloc(data.nbytes)
+    start = rt.record_event(stream)
+    rt.memcpy_h2d(p, data, stream)
+    end = rt.record_event(stream)
+    rt.event_synchronize(end)
+    require(rt.query_event(end), "query_event() is false after event_synchronize()")
+    copy = [r for d in s.devices for r in d.timeline.records if r.kind == "copy"][-1]
+    ms = rt.elapsed_time(start, end)
+    require(abs(ms - (copy.end - copy.start) * 1e3) <= 1e-9 * max(1.0, ms),
+            f"elapsed_time() is {ms} ms; the copy between the events took "
+            f"{(copy.end - copy.start) * 1e3} ms of simulated time")
+    expect_error(lambda: rt.elapsed_time(rt.create_event(), end), "elapsed_time of an unrecorded event")
+
+
+@clause(SEAM, "R10", "pools pinned host memory and copies through it")
+def pinned_host(s: Subject) -> None:
+    rt = s.runtime()
+    stream = rt.create_stream(in_order=True)
+    buf = rt.malloc_host(N * 4)
+    host = buf.view(np.float32)
+    host[:] = np.arange(N, dtype=np.float32)
+    p = rt.malloc(N * 4)
+    rt.memcpy_h2d(p, host, stream)
+    back = rt.malloc_host(N * 4).view(np.float32)
+    rt.memcpy_d2h(back, p, stream)
+    require(np.array_equal(back, host), "a copy through pinned buffers came back different")
+    rt.free_host(buf)
+    again = rt.malloc_host(N * 4)
+    require(np.shares_memory(again, buf), "a freed pinned buffer of the same size was not reused")
+    expect_error(lambda: rt.free_host(np.zeros(4)), "free_host of a pageable array")
+
+
+@clause(SEAM, "R11", "captures a stream into a graph and replays it")
+def graphs(s: Subject) -> None:
+    rt = s.runtime()
+    plan = s.binaries(add_relu_graph(N))[0]
+    step = next(st for st in plan.steps if isinstance(st, KernelStep))
+    module = rt.load_module(plan.binary)
+    a, b = rng_arrays(N, seed=5)
+    ptrs = {n: rt.malloc(N * 4) for n in ("in0", "in1", "out0")}
+    stream = rt.create_stream(in_order=True)
+    rt.begin_capture(stream)
+    rt.memcpy_h2d(ptrs["in0"], a, stream)
+    rt.memcpy_h2d(ptrs["in1"], b, stream)
+    rt.launch(module, step.entry, step.grid, ptrs, stream)
+    expect_error(rt.synchronize, "synchronize() during a capture")
+    expect_error(lambda: rt.end_capture(stream), "end_capture() after an illegal call")
+    rt.begin_capture(stream)
+    rt.memcpy_h2d(ptrs["in0"], a, stream)
+    rt.memcpy_h2d(ptrs["in1"], b, stream)
+    rt.launch(module, step.entry, step.grid, ptrs, stream)
+    graph = rt.end_capture(stream)
+    require(not any(r.kind == "kernel" for d in s.devices for r in d.timeline.records),
+            "a captured launch ran during the capture")
+    graph.replay()
+    out = np.empty(N, np.float32)
+    rt.memcpy_d2h(out, ptrs["out0"], stream)
+    require(np.allclose(out, np.maximum(a.astype(np.float64) + b, 0), rtol=1e-6, atol=1e-6),
+            "replaying the graph did not compute relu(a + b)")

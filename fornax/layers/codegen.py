@@ -31,6 +31,8 @@ from ..sim import isa
 from .errors import CompileError
 from .graph import DType, Node, Value
 
+POINTWISE_REGISTERS = 32     # 32-bit registers per lane a generated kernel declares for addressing
+
 #: graph op -> ("unary" | "binary", ISA function)
 ELEMENTWISE = {
     "neg": ("unary", "neg"), "abs": ("unary", "abs"), "exp": ("unary", "exp"),
@@ -242,7 +244,8 @@ def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     for v in outputs:
         em.store(v, outs[id(v)].param, mask)
     grid = (math.ceil(n / block), 1, 1)
-    program = kb.program(group_size=group_size, kind="pointwise", block=block)
+    program = kb.program(group_size=group_size, kind="pointwise", block=block,
+                         registers=POINTWISE_REGISTERS, shared_memory=0)
     return _attach(program, pointwise_estimate(program, grid, mask, n, ins, outs)), grid
 
 
@@ -275,7 +278,8 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
             offs = _offsets(kb, tuple(s for d, s in enumerate(space) if d != axis) or (1,),
                             outer or (1,), row_index or [None])
             kb.emit(isa.Store(outs[id(v)].param, offs, em.value(v), None))
-    program = kb.program(group_size=group_size, kind="reduction", width=width)
+    program = kb.program(group_size=group_size, kind="reduction", width=width,
+                         registers=POINTWISE_REGISTERS, shared_memory=group_size * 8)  # partials
     grid = (rows, 1, 1)
     est = static_counters(program, grid, {mask: rows * length} if mask is not None else {})
     est.update(kind="counters",
@@ -367,7 +371,12 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
             em.node(node)
         for v in outputs:
             em.store(v, outs[id(v)].param, out_mask)
-    meta = dict(group_size=group_size, kind="gemm", tile=[bm, bn, bk])
+    # launch resources the driver checks: the A and B tiles one k-step holds in shared
+    # memory, and per lane its share of the bm x bn accumulator plus addressing registers
+    acc_words = 2 if dtype is DType.FLOAT64 else 1
+    meta = dict(group_size=group_size, kind="gemm", tile=[bm, bn, bk],
+                shared_memory=(bm * bk + bk * bn) * dtype.itemsize,
+                registers=-(-bm * bn * acc_words // group_size) + POINTWISE_REGISTERS)
     if not isinstance(m, int):
         # shape-generic: the device evaluates the estimate from the launch's sizes and grid
         est = {"kind": "gemm", "m": m, "n": n, "k": k, "batch": "grid", "dtype": dt,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -59,6 +60,19 @@ class Module:
     kernels: dict[str, Program]
     load_s: float                    # simulated time the load took (JIT / IL build)
     how: str                         # "loaded", "jit", "built"
+    entry: str = ""                  # a fat bundle's chosen image, "format:target"
+    build_log: str = ""              # the JIT / IL build log (empty when the build said nothing)
+
+
+@dataclass(eq=False)
+class ManagedRegion:
+    """A managed (unified / shared USM) allocation and where each of its granules lives."""
+
+    space: AddressSpace
+    va: int
+    size: int
+    granule: int
+    on_device: np.ndarray            # one bool per migration granule
 
 
 @dataclass(frozen=True)
@@ -86,8 +100,8 @@ class Queue(Protocol):
     flavour: str
 
     def launch(self, module: Module, entry: str, grid: tuple[int, int, int], args: dict) -> None: ...
-    def copy_h2d(self, dst: int, src: np.ndarray) -> None: ...
-    def copy_d2h(self, dst: np.ndarray, src: int) -> None: ...
+    def copy_h2d(self, dst: int, src: np.ndarray, host_rate: float = 1.0) -> None: ...
+    def copy_d2h(self, dst: np.ndarray, src: int, host_rate: float = 1.0) -> None: ...
     def copy_d2d(self, dst: int, src: int, nbytes: int) -> None: ...
     def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None: ...
     def record(self) -> Marker: ...
@@ -101,22 +115,25 @@ class Driver(Protocol):
 
     def device_count(self) -> int: ...
     def properties(self, index: int) -> DeviceProperties: ...
-    def memory_info(self, index: int) -> tuple[int, int]:
-        """(free, total) bytes of device memory, as cuMemGetInfo reports them."""
-        dev = self._device(index, "memory_info")
-        return dev.memory.capacity - dev.memory.used, dev.memory.capacity
-
+    def memory_info(self, index: int) -> tuple[int, int]: ...
     def loadable_formats(self, index: int) -> tuple[str, ...]: ...
     def create_context(self, index: int) -> Context: ...
     def destroy_context(self, ctx: Context) -> None: ...
     def allocate(self, ctx: Context, nbytes: int, kind: str = "device") -> int: ...
     def free(self, ctx: Context, address: int) -> None: ...
     def load_module(self, ctx: Context, binary: KernelBinary) -> Module: ...
+    def host_read(self, ctx: Context, address: int, nbytes: int) -> bytes: ...
+    def host_write(self, ctx: Context, address: int, data) -> None: ...
     def create_queue(self, ctx: Context) -> Queue: ...
     def synchronize(self, ctx: Context) -> None: ...
     def can_access_peer(self, index: int, peer: int) -> bool: ...
     def enable_peer_access(self, ctx: Context, peer_ctx: Context) -> None: ...
     def report(self) -> dict: ...
+
+
+def is_int(value) -> bool:
+    """An integer address or size (numpy integers count; bools do not)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def arch_number(target: str) -> int | None:
@@ -162,6 +179,19 @@ class DriverBase:
         self.peer_rule: str | None = d.get("peer", {}).get("rule")    # "explicit" or "query"
         self._peer_enabled: set[tuple[int, int]] = set()   # (context handle, peer context handle)
         self.module_load_s = 0.0
+        # which context a call without one uses: "thread" (a per-thread stack, as cuCtx*),
+        # "device" (the thread's device's primary context, as hipSetDevice) or "explicit"
+        self.context_rule: str = d.get("contexts", {}).get("current", "explicit")
+        self._tls = threading.local()
+        self._primary: dict[int, Context] = {}
+        self.managed_facts: dict = d.get("managed", {})
+        self._managed: dict[int, ManagedRegion] = {}
+        self.counts.update({"managed_migrations_h2d": 0, "managed_migrations_d2h": 0,
+                            "managed_bytes_h2d": 0, "managed_bytes_d2h": 0,
+                            "managed_faults": 0, "managed_prefetch_bytes": 0,
+                            "managed_remote_bytes": 0})
+        self.managed_migration_s = 0.0
+        self.last_build_log = ""
 
     def fail(self, condition: str, message: str, *, call: str | None = None,
              hint: str | None = None, address: int | None = None) -> FornaxError:
@@ -223,6 +253,11 @@ class DriverBase:
     def device_count(self) -> int:
         return len(self.devices)
 
+    def memory_info(self, index: int) -> tuple[int, int]:
+        """(free, total) bytes of device memory, as cuMemGetInfo reports them."""
+        dev = self._device(index, "memory_info")
+        return dev.memory.capacity - dev.memory.used, dev.memory.capacity
+
     def target(self, index: int) -> str:
         dev = self._device(index, "device_get")
         arch = self.facts["driver"]["arch"]
@@ -252,6 +287,8 @@ class DriverBase:
                     other.space.grant_peer(ctx.space)
         self.contexts.append(ctx)
         self.counts["contexts"] += 1
+        if self.context_rule == "thread":
+            self._stack().append(ctx)          # cuCtxCreate makes the new context current
         return ctx
 
     def destroy_context(self, ctx: Context) -> None:
@@ -259,9 +296,109 @@ class DriverBase:
             raise self.fail("invalid_context", "context already destroyed", call="destroy_context")
         ctx.device.memory.destroy_space(ctx.space)
         ctx.live = False
+        stack = self._stack()
+        if ctx in stack:
+            stack.remove(ctx)                  # destroying a current context pops it
+        self._managed = {va: r for va, r in self._managed.items() if r.space is not ctx.space}
         for other in self.contexts:
             other.space.revoke_peer(ctx.space)
         self._peer_enabled = {p for p in self._peer_enabled if ctx.handle not in p}
+
+    # -- the current context ------------------------------------------------
+    def _stack(self) -> list:
+        stack = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+        return stack
+
+    def _current_rule(self, call: str) -> None:
+        if self.context_rule == "explicit":
+            raise self.fail("not_supported", f"{self.facts['driver']['api']} has no current "
+                            "context: every call takes its context", call=call,
+                            hint="pass the context returned by create_context")
+
+    def primary_context(self, index: int) -> Context:
+        """The device's primary context (created on first use, again after a reset)."""
+        ctx = self._primary.get(index)
+        if ctx is None or not ctx.live:
+            stack = self._stack()
+            ctx = self.create_context(index)
+            if self.context_rule == "thread" and stack and stack[-1] is ctx:
+                stack.pop()                    # retaining a primary context does not push it
+            self._primary[index] = ctx
+        return ctx
+
+    def set_device(self, index: int) -> Context:
+        """Make device ``index``'s primary context this thread's current one
+        (``[driver.calls] set_device``: hipSetDevice; cudaSetDevice over the driver API)."""
+        self._current_rule("set_device")
+        self._device(index, "set_device")
+        ctx = self.primary_context(index)
+        self._tls.device = index
+        stack = self._stack()
+        if self.context_rule == "thread":
+            if stack:
+                stack[-1] = ctx
+            else:
+                stack.append(ctx)
+        else:
+            stack.clear()
+        return ctx
+
+    def set_current(self, ctx: Context | None) -> None:
+        """cuCtxSetCurrent: replace the top of this thread's stack (None pops it)."""
+        self._current_rule("set_current")
+        stack = self._stack()
+        if ctx is None:
+            if stack:
+                stack.pop()
+            return
+        self.check(ctx, "set_current")
+        if stack:
+            stack[-1] = ctx
+        else:
+            stack.append(ctx)
+
+    def get_current(self) -> Context | None:
+        """cuCtxGetCurrent: this thread's current context, or None (not an error)."""
+        self._current_rule("get_current")
+        stack = self._stack()
+        if stack:
+            return stack[-1]
+        if self.context_rule == "device":
+            return self.primary_context(getattr(self._tls, "device", 0))
+        return None
+
+    def push_current(self, ctx: Context) -> None:
+        self._current_rule("push_current")
+        self.check(ctx, "push_current")
+        self._stack().append(ctx)
+
+    def pop_current(self) -> Context:
+        self._current_rule("pop_current")
+        stack = self._stack()
+        if not stack:
+            raise self.fail("invalid_context", "this thread's context stack is empty",
+                            call="pop_current")
+        return stack.pop()
+
+    def resolve_context(self, ctx: Context | None, call: str) -> Context:
+        """The context a call works in: the one given, else the family's current context."""
+        if ctx is not None:
+            return ctx
+        if self.context_rule == "thread":
+            stack = self._stack()
+            if not stack:
+                raise self.fail("invalid_context", "no context is current to the calling thread",
+                                call=call, hint=f"create one ({self.calls.get('create_context')}) "
+                                f"or make one current ({self.calls.get('set_current')})")
+            return stack[-1]
+        if self.context_rule == "device":
+            stack = self._stack()
+            return stack[-1] if stack else self.primary_context(getattr(self._tls, "device", 0))
+        raise self.fail("invalid_context", f"no context given; {self.facts['driver']['api']} "
+                        "passes a context to every call", call=call,
+                        hint="pass the context returned by create_context")
 
     def reset(self, index: int) -> None:
         """Reset device ``index`` (the family's call is ``[driver.calls] reset``): destroy
@@ -322,7 +459,8 @@ class DriverBase:
         ctx.space.revoke_peer(peer_ctx.space)
         self._peer_enabled.discard((ctx.handle, peer_ctx.handle))
 
-    def allocate(self, ctx: Context, nbytes: int, kind: str = "device") -> int:
+    def allocate(self, ctx: Context | None, nbytes: int, kind: str = "device") -> int:
+        ctx = self.resolve_context(ctx, "allocate")
         self.check(ctx, "allocate")
         if not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
             raise self.fail("invalid_value", f"allocation size must be a positive integer, got {nbytes!r}",
@@ -340,18 +478,123 @@ class DriverBase:
                             hint=f"{mem.used} of {mem.capacity} bytes in use, peak {mem.peak}; "
                                  "free buffers or use a larger spec") from None
         self.counts["allocations"] += 1
+        if mem_kind is MemoryKind.MANAGED:
+            granule = int(self.managed_facts.get("granularity", ctx.device.spec.page_size))
+            self._managed[mapping.va] = ManagedRegion(ctx.space, mapping.va, int(nbytes), granule,
+                                                      np.zeros(-(-int(nbytes) // granule), bool))
         return mapping.va
 
-    def free(self, ctx: Context, address: int) -> None:
+    def free(self, ctx: Context | None, address: int) -> None:
+        ctx = self.resolve_context(ctx, "free")
         self.check(ctx, "free")
+        if not is_int(address):
+            raise self.fail("invalid_value", f"free takes a device address, got {address!r}", call="free")
         try:
             ctx.space.unmap(address)
+            self._managed.pop(address, None)
         except PageFault as exc:
             raise self.fail("invalid_value", f"{address:#x} is not the start of a live allocation "
                             f"({exc.detail})", call="free", address=address) from None
 
+    # -- managed memory -------------------------------------------------------
+    def _host_accessible(self, ctx: Context, address: int, nbytes: int, call: str):
+        try:
+            mapping, _ = ctx.space.resolve(int(address), int(nbytes), "host")
+        except PageFault as exc:
+            raise self.fail("invalid_value", f"host access of {nbytes} bytes at {int(address):#x} is "
+                            f"outside any allocation: {exc.detail}", call=call,
+                            address=int(address)) from None
+        if mapping.kind is MemoryKind.DEVICE:
+            raise self.fail("invalid_value", f"{mapping.describe()} is device memory, which the host "
+                            "cannot dereference", call=call, address=int(address),
+                            hint="allocate it managed or host_pinned, or copy it through a queue")
+        return mapping
+
+    def managed_policy(self, device: Device) -> str:
+        """How the family's device reaches managed memory: "migrate" (pages move to the
+        device on first access) or "remote" (they stay on the host and are read over the
+        host link).  ``[driver.managed] device_access``; a family whose migration needs a
+        target feature (XNACK) names it in ``requires_feature`` and the fallback in
+        ``without_feature``."""
+        m = self.managed_facts
+        need = m.get("requires_feature")
+        if need:
+            target = self.target(self.devices.index(device))
+            features = self.facts["driver"].get("arch_features", {}).get(target, "")
+            if need not in features.split(":"):
+                return m.get("without_feature", "remote")
+        return m.get("device_access", "migrate")
+
+    def _regions(self, space: AddressSpace, lo: int, hi: int):
+        for r in self._managed.values():
+            if r.space is space and r.va < hi and lo < r.va + r.size:
+                yield r, max(lo, r.va) - r.va, min(hi, r.va + r.size) - r.va
+
+    def _migrate(self, region: ManagedRegion, lo: int, hi: int, to_device: bool) -> tuple[int, int]:
+        """Move the granules of ``[lo, hi)`` (offsets in the region); (granules, bytes) moved."""
+        g = region.granule
+        sel = slice(lo // g, -(-hi // g))
+        moving = np.flatnonzero(region.on_device[sel] != to_device) + sel.start
+        if moving.size == 0:
+            return 0, 0
+        region.on_device[moving] = to_device
+        nbytes = int(sum(min(g, region.size - i * g) for i in moving.tolist()))
+        key = "h2d" if to_device else "d2h"
+        self.counts[f"managed_migrations_{key}"] += int(moving.size)
+        self.counts[f"managed_bytes_{key}"] += nbytes
+        return int(moving.size), nbytes
+
+    def managed_device_access(self, device: Device, space: AddressSpace, ranges) -> float:
+        """Device work touched ``ranges`` ((lo, hi) byte spans): the extra simulated time
+        managed memory costs it (migrations on fault, or remote access over the host link)."""
+        if not self._managed:
+            return 0.0
+        policy, spec, extra = self.managed_policy(device), device.spec, 0.0
+        for lo, hi in ranges:
+            for region, a, b in self._regions(space, lo, hi):
+                if policy == "remote":
+                    self.counts["managed_remote_bytes"] += b - a
+                    extra += (b - a) / spec.host_link_bandwidth
+                    continue
+                faults, nbytes = self._migrate(region, a, b, True)
+                self.counts["managed_faults"] += faults
+                t = faults * self.managed_facts.get("fault_latency_s", 0.0) + nbytes / spec.host_link_bandwidth
+                self.managed_migration_s += t
+                extra += t
+        return extra
+
+    def host_read(self, ctx: Context | None, address: int, nbytes: int) -> bytes:
+        """The host dereferences managed or host-pinned memory (device-resident managed
+        pages migrate back first where the family migrates).  Reads committed memory:
+        synchronise with device work first, as on a real system."""
+        ctx = self.resolve_context(ctx, "host_access")
+        self.check(ctx, "host_access")
+        self._host_accessible(ctx, address, nbytes, "host_access")
+        self._host_touch(ctx, int(address), int(nbytes))
+        return ctx.space.read(int(address), int(nbytes))
+
+    def host_write(self, ctx: Context | None, address: int, data) -> None:
+        ctx = self.resolve_context(ctx, "host_access")
+        self.check(ctx, "host_access")
+        raw = np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        self._host_accessible(ctx, address, len(raw), "host_access")
+        self._host_touch(ctx, int(address), len(raw))
+        ctx.space.write(int(address), raw)
+
+    def _host_touch(self, ctx: Context, address: int, nbytes: int) -> None:
+        if self.managed_policy(ctx.device) != "migrate":
+            return
+        for region, a, b in list(self._regions(ctx.space, address, address + nbytes)):
+            faults, moved = self._migrate(region, a, b, False)
+            if faults:
+                t = faults * self.managed_facts.get("fault_latency_s", 0.0) + \
+                    moved / ctx.device.spec.host_link_bandwidth
+                self.managed_migration_s += t
+                ctx.device.timeline.host_time += t     # the host stalls while pages come back
+
     # -- modules ------------------------------------------------------------
-    def load_module(self, ctx: Context, binary: KernelBinary) -> Module:
+    def load_module(self, ctx: Context | None, binary: KernelBinary) -> Module:
+        ctx = self.resolve_context(ctx, "load_module")
         self.check(ctx, "load_module")
         if not isinstance(binary, KernelBinary):
             raise self.fail("invalid_value", f"expected a KernelBinary, got {type(binary).__name__}",
@@ -364,6 +607,8 @@ class DriverBase:
                             hint="compose a compiler/library whose formats this driver loads")
         index = self.devices.index(ctx.device)
         device_target = self.target(index)
+        if rule["rule"] == "bundle":
+            return self._load_bundle(ctx, binary, device_target)
         how, cost = "loaded", 0.0
         if rule["rule"] == "exact" and binary.target != device_target:
             raise self.fail("no_binary_for_device",
@@ -380,25 +625,68 @@ class DriverBase:
             how = "jit"
         elif rule["rule"] == "il":
             how = "built"
+        if how != "loaded":
+            cost = rule.get("build_s_per_kib", 0.0) * len(binary.data) / 1024 + rule.get("build_s", 0.0)
+            self.counts["jit_compiles" if how == "jit" else "il_builds"] += 1
+            self.module_load_s += cost         # a build that fails has still taken its time
         try:
             kernels = self.decode_image(binary)
         except (ContainerError, InvalidProgram, UnicodeDecodeError) as exc:
             condition = "build_failure" if how in ("jit", "built") else "corrupt_image"
-            raise self.fail(condition, f"{binary.format} image rejected: {exc}", call="load_module",
-                            hint="the binary is corrupt or was not produced for this format") from None
-        if how != "loaded":
-            cost = rule.get("build_s_per_kib", 0.0) * len(binary.data) / 1024 + rule.get("build_s", 0.0)
-            self.counts["jit_compiles" if how == "jit" else "il_builds"] += 1
+            log = f"{binary.format} build for {device_target} failed: {exc}"
+            self.last_build_log = log if how != "loaded" else ""
+            err = self.fail(condition, f"{binary.format} image rejected: {exc}", call="load_module",
+                            hint="read the error's build_log" if how != "loaded" else
+                            "the binary is corrupt or was not produced for this format")
+            err.build_log = self.last_build_log
+            raise err from None
+        self.last_build_log = ""
         self.counts["modules_loaded"] += 1
-        self.module_load_s += cost
         return Module(next(_handles), ctx, binary, kernels, cost, how)
 
+    def build_log(self) -> str:
+        """The log of the last JIT / IL build (zeModuleBuildLogGetString-like); empty if it passed."""
+        return self.last_build_log
+
+    def unbundle(self, binary: KernelBinary) -> list[KernelBinary]:
+        """Vendor hook for ``bundle`` formats: the images a fat bundle holds."""
+        raise NotImplementedError
+
+    def _load_bundle(self, ctx: Context, binary: KernelBinary, device_target: str) -> Module:
+        """A fat bundle: the exact image for the device if there is one, else the newest
+        virtual image the device can JIT, else no binary for the device."""
+        try:
+            entries = self.unbundle(binary)
+        except (ContainerError, UnicodeDecodeError, ValueError) as exc:
+            raise self.fail("corrupt_image", f"{binary.format} image rejected: {exc}",
+                            call="load_module", hint="the bundle is corrupt") from None
+        def rule_of(e: KernelBinary) -> str | None:
+            return self.formats.get(e.format, {}).get("rule")
+
+        have = arch_number(device_target)
+        exact = [e for e in entries if rule_of(e) == "exact" and e.target == device_target]
+        virtual = sorted((e for e in entries if rule_of(e) == "virtual" and have is not None
+                          and arch_number(e.target) is not None and arch_number(e.target) <= have),
+                         key=lambda e: arch_number(e.target))
+        chosen = exact[0] if exact else (virtual[-1] if virtual else None)
+        if chosen is None:
+            held = ", ".join(f"{e.format}:{e.target}" for e in entries) or "nothing"
+            raise self.fail("no_binary_for_device", f"{binary.format} bundle holds {held}; none runs "
+                            f"on {device_target}", call="load_module",
+                            hint=f"rebuild the bundle with an image for {device_target} or an older "
+                                 "virtual arch")
+        module = self.load_module(ctx, chosen)
+        module.binary, module.entry = binary, f"{chosen.format}:{chosen.target}"
+        return module
+
     # -- queues ---------------------------------------------------------------
-    def create_queue(self, ctx: Context) -> "QueueBase":
+    def create_queue(self, ctx: Context | None) -> "QueueBase":
+        ctx = self.resolve_context(ctx, "create_queue")
         self.check(ctx, "create_queue")
         return self.queue_class(self, ctx)
 
-    def synchronize(self, ctx: Context) -> None:
+    def synchronize(self, ctx: Context | None) -> None:
+        ctx = self.resolve_context(ctx, "synchronize")
         self.check(ctx, "synchronize")
         try:
             ctx.device.timeline.drain()
@@ -421,6 +709,7 @@ class DriverBase:
             "races": [r.to_dict() for d in self.devices for r in d.timeline.races],
             "kernels_executed": len(self.kernel_log),
             "module_load_s": self.module_load_s,
+            "managed_migration_s": self.managed_migration_s,
         }
 
 
@@ -443,6 +732,9 @@ class QueueBase:
         self.sem = Semaphore(f"{self.flavour}{self.hwq.id}")
         self.submitted = 0
         self._pending_waits: list[tuple[Semaphore, int]] = []
+        #: share of the spec's launch latency charged to kernels dispatched now (the runtime
+        #: lowers it while it replays a captured graph: one graph launch, cheap nodes)
+        self.launch_scale = 1.0
 
     # -- vendor hook ------------------------------------------------------------
     def _submit(self, packet: Packet) -> None:
@@ -475,6 +767,17 @@ class QueueBase:
         if group > spec.max_group_size:
             raise d.fail("invalid_group_size", f"kernel {entry!r} needs work-groups of {group} lanes; "
                          f"the device allows {spec.max_group_size}", call="launch")
+        regs = int(program.meta.get("registers", 0))       # 32-bit registers per lane
+        if regs * group > spec.registers_per_unit:
+            raise d.fail("out_of_registers", f"kernel {entry!r} needs {regs} registers per lane x "
+                         f"{group} lanes = {regs * group}; a compute unit has "
+                         f"{spec.registers_per_unit}", call="launch",
+                         hint="launch smaller work-groups or build the kernel with fewer registers")
+        smem = int(program.meta.get("shared_memory", 0))   # bytes per work-group
+        if smem > spec.shared_memory_per_unit:
+            raise d.fail("out_of_shared_memory", f"kernel {entry!r} needs {smem} bytes of shared "
+                         f"memory per work-group; a compute unit has {spec.shared_memory_per_unit}",
+                         call="launch", hint="use a smaller tile")
         missing = [p.name for p in program.params if p.name not in args]
         if missing:
             raise d.fail("invalid_value", f"kernel {entry!r} is missing argument(s) "
@@ -485,26 +788,62 @@ class QueueBase:
     def _kernel_work(self, program: Program, entry: str, grid: tuple[int, int, int], args: dict):
         """The functional effect and cost of one kernel, run when its packet executes."""
         d, space, device = self.driver, self.ctx.space, self.device
+        saved = 1.0 - self.launch_scale          # fixed at dispatch, like the launch path taken
 
         def work() -> float:
             counters, cost = device.run_kernel(space, program, grid, args)
+            touched = [*counters.read_ranges.values(), *counters.write_ranges.values()]
+            extra = d.managed_device_access(device, space, touched)   # migrations / remote reads
+            duration = cost.duration_s - saved * cost.launch_s
             flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
-            d.kernel_log.append(KernelRecord(entry, grid, cost.duration_s, flops,
+            d.kernel_log.append(KernelRecord(entry, grid, duration, flops,
                                              counters.bytes_read + counters.bytes_written, cost.bound))
             device.timeline.annotate(
                 reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
                 writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
                 grid=list(grid), flops=flops, bytes=counters.bytes_read + counters.bytes_written,
                 bound=cost.bound)
-            return cost.duration_s
+            return duration + extra
 
         return work
+
+    def prefetch(self, address: int, nbytes: int) -> None:
+        """Migrate managed memory to the device ahead of use, in queue order, on a copy
+        engine (cuMemPrefetchAsync, hipMemPrefetchAsync, zeCommandListAppendMemoryPrefetch).
+        Where the family's device reads managed memory remotely it moves nothing."""
+        d, call = self.driver, "prefetch"
+        d.check(self.ctx, call)
+        lo, hi = int(address), int(address) + int(nbytes)
+        if nbytes <= 0 or not any(d._regions(self.ctx.space, lo, hi)):
+            raise d.fail("invalid_value", f"{nbytes} bytes at {lo:#x} are not managed memory",
+                         call=call, address=lo, hint="prefetch applies to managed allocations")
+        space, device = self.ctx.space, self.device
+
+        def work() -> float:
+            if d.managed_policy(device) != "migrate":
+                return 0.0
+            moved = sum(d._migrate(r, a, b, True)[1] for r, a, b in list(d._regions(space, lo, hi)))
+            d.counts["managed_prefetch_bytes"] += moved
+            t = moved / device.spec.host_link_bandwidth
+            d.managed_migration_s += t
+            return t
+
+        self._push("copy", work, f"prefetch {nbytes}B", "copy")
 
     def _dispatch(self, program: Program, entry: str, grid: tuple[int, int, int], args: dict) -> None:
         """How a validated launch reaches the hardware; families may encode packets here."""
         self._push("compute", self._kernel_work(program, entry, grid, args), entry, "kernel")
 
+    def check_marker(self, marker, call: str = "wait") -> Marker:
+        if not isinstance(marker, Marker):
+            raise self.driver.fail("invalid_handle", f"expected an event/marker recorded on a queue, "
+                                   f"got {type(marker).__name__}", call=call)
+        return marker
+
     def _check_range(self, address: int, nbytes: int, call: str) -> None:
+        if not is_int(address) or not is_int(nbytes) or nbytes < 0:
+            raise self.driver.fail("invalid_value", f"a copy needs an integer device address and size, "
+                                   f"got address {address!r} and size {nbytes!r}", call=call)
         try:
             self.ctx.space.resolve(int(address), int(nbytes), "copy")
         except PageFault as exc:
@@ -512,10 +851,15 @@ class QueueBase:
                                    f"outside device memory: {exc.detail}", call=call,
                                    address=int(address)) from None
 
-    def copy_h2d(self, dst: int, src: np.ndarray) -> None:
+    def copy_h2d(self, dst: int, src: np.ndarray, host_rate: float = 1.0) -> None:
+        """``host_rate``: share of the host link's bandwidth the host side sustains (1 for
+        pinned memory; below 1 for pageable memory staged through a bounce buffer)."""
         d = self.driver
         d.check(self.ctx, "copy_h2d")
         meta = self.device.meta            # shape-only: priced and counted, no bytes move
+        if not meta and not isinstance(src, np.ndarray):
+            raise d.fail("invalid_value", f"the host source must be a numpy array, got "
+                         f"{type(src).__name__}", call="copy_h2d")
         data = b"" if meta else np.ascontiguousarray(src).tobytes()  # staged at submit, as pageable memory is
         size = int(src.nbytes) if meta else len(data)
         self._check_range(dst, size, "copy_h2d")
@@ -525,6 +869,7 @@ class QueueBase:
 
         def work() -> float:
             duration = device.copy_duration(size, "h2d")     # first: a fault stops the copy
+            duration += (1.0 / host_rate - 1.0) * size / device.spec.host_link_bandwidth
             if not meta:
                 space.write(int(dst), data)
             device.timeline.annotate(writes=[(int(dst), int(dst) + size, "dst")],
@@ -533,7 +878,7 @@ class QueueBase:
 
         self._push("copy", work, f"h2d {size}B", "copy")
 
-    def copy_d2h(self, dst: np.ndarray, src: int) -> None:
+    def copy_d2h(self, dst: np.ndarray, src: int, host_rate: float = 1.0) -> None:
         d = self.driver
         d.check(self.ctx, "copy_d2h")
         meta = self.device.meta            # shape-only: dst may be a shape descriptor; no bytes move
@@ -550,6 +895,7 @@ class QueueBase:
 
         def work() -> float:
             duration = device.copy_duration(nbytes, "d2h")
+            duration += (1.0 / host_rate - 1.0) * nbytes / device.spec.host_link_bandwidth
             # the host buffer fills when the copy completes, like device memory does
             if not meta:
                 defer(np.copyto, out, np.frombuffer(space.read(int(src), nbytes), dtype=np.uint8))
@@ -623,6 +969,7 @@ class QueueBase:
 
     def wait(self, marker: Marker) -> None:
         """Later work on this queue starts only after ``marker`` is reached."""
+        self.check_marker(marker)
         self._pending_waits.append((marker.sem, marker.value))
 
     def synchronize(self) -> None:

@@ -46,8 +46,9 @@ class MetaArray:
         return cls(v.shape, v.dtype.numpy)
 
 
-#: collective handler: (runtime, step) -> None; enqueues the step's communication
-CollectiveHandler = Callable[[Runtime, CollectiveStep], None]
+#: collective handler: (runtime, step, pointers) -> None; enqueues the step's communication.
+#: ``pointers`` maps the step's buffer roles (``x`` in, ``y`` out) to device addresses
+CollectiveHandler = Callable[[Runtime, CollectiveStep, dict], None]
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,7 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
     pinned = set(plan.inputs) | set(plan.outputs) | {bid for bid, b in plan.buffers.items()
                                                       if b.role == "constant"}
     release: dict[int, list[int]] = {}
+    stream = runtime.default_stream()      # in order on every family (never an out-of-order queue)
     for bid, i in last.items():
         if bid not in pinned:
             release.setdefault(i, []).append(bid)
@@ -281,11 +283,11 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
             if buf.role == "constant":
                 ptrs[bid] = runtime.malloc(buf.nbytes)
         for bid, arr in zip(plan.inputs, inputs):
-            runtime.memcpy_h2d(ptrs[bid], arr)
+            runtime.memcpy_h2d(ptrs[bid], arr, stream)
         for bid, buf in plan.buffers.items():
             if buf.role == "constant":
                 runtime.memcpy_h2d(ptrs[bid], MetaArray(buf.shape, buf.dtype.numpy) if meta
-                                   else np.ascontiguousarray(buf.data))
+                                   else np.ascontiguousarray(buf.data), stream)
         module = runtime.load_module(plan.binary) if plan.binary is not None else None
         for i, step in enumerate(plan.steps):
             bids = step.args.values() if isinstance(step, KernelStep) else step.buffers.values()
@@ -294,13 +296,13 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
                     ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
             if isinstance(step, KernelStep):
                 args = {name: ptrs[bid] for name, bid in step.args.items()}
-                runtime.launch(module, step.entry, step.grid, args)
+                runtime.launch(module, step.entry, step.grid, args, stream)
             elif isinstance(step, LibraryStep):
                 if library is None:
                     raise FornaxError("the plan calls a library but the stack has none",
                                       seam="framework", op=step.routine)
                 b = step.buffers
-                library.gemm(ptrs[b["a"]], ptrs[b["b"]], ptrs[b["c"]], step.params)
+                library.gemm(ptrs[b["a"]], ptrs[b["b"]], ptrs[b["c"]], step.params, stream)
             elif isinstance(step, CollectiveStep):
                 if collective is None:
                     raise FornaxError(f"{step.routine} over {step.ranks} ranks needs the other ranks: "
@@ -308,7 +310,7 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
                                       op=step.routine,
                                       hint="run the graph through a multi-device scenario, or build "
                                            "it with ranks=1")
-                collective(runtime, step)
+                collective(runtime, step, {role: ptrs[bid] for role, bid in step.buffers.items()})
             for bid in release.get(i, ()):
                 runtime.free(ptrs.pop(bid))
         results = []
@@ -316,7 +318,7 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
             buf = plan.buffers[bid]
             out = (MetaArray(buf.shape, buf.dtype.numpy) if meta
                    else np.empty(buf.shape, dtype=buf.dtype.numpy))
-            runtime.memcpy_d2h(out, ptrs[bid], blocking=False)
+            runtime.memcpy_d2h(out, ptrs[bid], stream, blocking=False)
             results.append(out)
         runtime.synchronize()
         return results

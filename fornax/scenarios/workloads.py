@@ -28,7 +28,10 @@ TOLERANCE = {
 class Workload:
     name: str
     description: str
-    build: Callable[[int], tuple[Graph, dict[str, np.ndarray]]]
+    build: Callable[[int], tuple[Graph, dict[str, np.ndarray]]] | None
+    #: a scenario that drives the stack itself: (stack, seed) -> (RunResult, scenario dict)
+    runner: Callable | None = None
+    meta_only: bool = False            # needs a shape-only (meta) stack
 
 
 def _init(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype) -> np.ndarray:
@@ -79,8 +82,17 @@ WORKLOADS: dict[str, Workload] = {
                  lambda seed: mlp(seed, dtype=DType.BFLOAT16)),
         Workload("softmax", "row softmax over 256 x 1000 logits (float32)", softmax),
         Workload("mlp-softmax", "the MLP with a softmax head (float32)", mlp_softmax),
+        Workload("llama70b-step", "one training step (forward, loss, backward) of a Llama-2-70B-like "
+                 "decoder, seq 4096, tensor-parallel over the stack's devices (shape-only)",
+                 None, runner=lambda stack, seed: _llama_step(stack, seed), meta_only=True),
     )
 }
+
+
+def _llama_step(stack, seed: int):
+    from .llm import simulate_step
+    report, _, result = simulate_step(stack=stack, seed=seed)
+    return result, report.to_dict()
 DEFAULT_WORKLOAD = "mlp"
 
 

@@ -86,6 +86,9 @@ class Packet:
     signals: list[tuple[Semaphore, int]] = field(default_factory=list)
     submitted_at: float = 0.0
     host_clock: dict = field(default_factory=dict)   # the host's vector clock at submission
+    # (semaphore, value) pairs signalled when the packet STARTS; they carry no vector clock,
+    # so waiting on one orders start times only (no happens-before for the race detector)
+    start_signals: list[tuple[Semaphore, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -200,6 +203,8 @@ class Timeline:
         failure = q.failure or next((s.failure for s, _ in packet.waits if s.failure), None)
         duration, error = 0.0, None
         self.now = start
+        for sem, value in packet.start_signals:
+            sem.signal(max(value, sem.value), start)
         if failure is None:
             try:
                 duration = float(self._run_work(packet))

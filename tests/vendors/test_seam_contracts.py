@@ -45,7 +45,7 @@ TARGETS = {  # (vendor, spec) -> arch the driver reports
     ("xpu-like", "h200-like"): "pvc", ("xpu-like", "tiny"): "dg2",
 }
 FORMATS = {
-    "cuda-like": {"ptx-like", "cubin-like"},
+    "cuda-like": {"ptx-like", "cubin-like", "fatbin-like"},
     "rocm-like": {"hsaco-like"},
     "xpu-like": {"spirv-like", "zebin-like"},
 }
@@ -53,6 +53,7 @@ API = {"cuda-like": "CUresult", "rocm-like": "hipError_t", "xpu-like": "ze_resul
 CORRUPT = {  # format -> code for a damaged image of that format
     "ptx-like": ("CUDA_ERROR_INVALID_PTX", 218),
     "cubin-like": ("CUDA_ERROR_INVALID_IMAGE", 200),
+    "fatbin-like": ("CUDA_ERROR_INVALID_IMAGE", 200),
     "hsaco-like": ("hipErrorInvalidImage", 200),
     "spirv-like": ("ZE_RESULT_ERROR_MODULE_BUILD_FAILURE", 0x70000004),
     "zebin-like": ("ZE_RESULT_ERROR_INVALID_NATIVE_BINARY", 0x7800000F),

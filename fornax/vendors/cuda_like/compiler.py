@@ -1,14 +1,17 @@
-"""cuda-like compiler (nvcc-like): emits PTX-like virtual ISA text or a cubin-like object."""
+"""cuda-like compiler (nvcc-like): emits PTX-like virtual ISA text, a cubin-like object,
+or a fatbin-like bundle of both (cubin-like images for several archs plus PTX-like)."""
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_programs
+from ...layers.binary import (ContainerError, KernelBinary, pack_container, pack_programs,
+                              pack_records, unpack_container, unpack_records)
 from ...layers.compiler import CompilerBase
 from ...layers.driver import arch_number
 from ...sim import isa
 from . import FACTS
 
 CUBIN_MAGIC = b"\x7fELF"
+FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")
 
 
 def ptx_image(programs: list[isa.Program], arch: str, producer: str) -> KernelBinary:
@@ -26,7 +29,37 @@ def cubin_image(programs: list[isa.Program], arch: str, producer: str) -> Kernel
     return KernelBinary("cubin-like", sm, tuple(p.name for p in programs), data, producer)
 
 
-ENCODERS = {"ptx-like": ptx_image, "cubin-like": cubin_image}
+def fatbin_image(programs: list[isa.Program], arch: str, producer: str,
+                 cubins: list[str] | None = None, ptx: str | None = None) -> KernelBinary:
+    """A fatbin-like bundle: cubin-like images for ``cubins`` (default: the compiler's
+    ``fatbin_archs`` plus ``arch``) and PTX-like for ``ptx`` (default: the oldest of them),
+    so the driver runs the exact image where there is one and JIT-compiles the PTX on newer
+    archs.  ``ptx=""`` leaves the PTX out."""
+    sm = f"sm_{arch_number(arch)}"
+    archs = cubins if cubins is not None else sorted({*FACTS["compiler"]["fatbin_archs"], sm},
+                                                      key=arch_number)
+    images = [cubin_image(programs, a, producer) for a in archs]
+    if ptx is None:
+        ptx = archs[0] if archs else sm
+    if ptx:
+        images.append(ptx_image(programs, ptx, producer))
+    header = {"kind": "fatbin-like",
+              "entries": [{"format": i.format, "target": i.target} for i in images]}
+    data = pack_container(FATBIN_MAGIC, header, pack_records([i.data for i in images]))
+    return KernelBinary("fatbin-like", sm, tuple(p.name for p in programs), data, producer)
+
+
+def unpack_fatbin(binary: KernelBinary) -> list[KernelBinary]:
+    """The images inside a fatbin-like bundle, in bundle order."""
+    header, payload = unpack_container(FATBIN_MAGIC, binary.data)
+    entries, records = header.get("entries"), unpack_records(payload)
+    if not isinstance(entries, list) or len(entries) != len(records):
+        raise ContainerError("fatbin-like entry table does not match its images")
+    return [KernelBinary(str(e.get("format")), str(e.get("target")), binary.entry_points, r,
+                         binary.producer) for e, r in zip(entries, records)]
+
+
+ENCODERS = {"ptx-like": ptx_image, "cubin-like": cubin_image, "fatbin-like": fatbin_image}
 
 
 class CudaLikeCompiler(CompilerBase):

@@ -1,4 +1,5 @@
-"""cuda-like driver: CUresult codes, contexts, streams; loads PTX-like (JIT) and cubin-like."""
+"""cuda-like driver: CUresult codes, thread-current contexts, streams; loads PTX-like (JIT),
+cubin-like (exact sm) and fatbin-like bundles of both."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ...sim import isa
 from ...sim.device import Device
 from ...sim.timeline import Packet
 from . import FACTS
-from .compiler import CUBIN_MAGIC
+from .compiler import CUBIN_MAGIC, unpack_fatbin
 
 
 class Stream(QueueBase):
@@ -53,6 +54,9 @@ class CudaLikeDriver(DriverBase):
         if header.get("arch") != binary.target:
             raise ContainerError(f"cubin-like header says {header.get('arch')}, tag says {binary.target}")
         return kernels
+
+    def unbundle(self, binary: KernelBinary) -> list[KernelBinary]:
+        return unpack_fatbin(binary)
 
     def native_properties(self, device: Device, target: str) -> dict:
         cc = target.removeprefix("sm_")

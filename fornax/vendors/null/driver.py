@@ -24,6 +24,9 @@ class NullDriver:
     def properties(self, index):
         raise not_implemented("driver.properties")
 
+    def memory_info(self, index):
+        raise not_implemented("driver.memory_info")
+
     def loadable_formats(self, index):
         raise not_implemented("driver.loadable_formats")
 
@@ -41,6 +44,12 @@ class NullDriver:
 
     def load_module(self, ctx, binary):
         raise not_implemented("driver.load_module")
+
+    def host_read(self, ctx, address, nbytes):
+        raise not_implemented("driver.host_read")
+
+    def host_write(self, ctx, address, data):
+        raise not_implemented("driver.host_write")
 
     def create_queue(self, ctx):
         raise not_implemented("driver.create_queue")

@@ -6,7 +6,8 @@ from .driver import not_implemented
 
 
 class NullRuntime:
-    """Devices, streams, events, memory, copies, modules and launches — to be written."""
+    """Devices, streams, events, memory, pinned host memory, copies, modules, launches and
+    graph capture — to be written."""
 
     vendor = "null"
 
@@ -28,29 +29,59 @@ class NullRuntime:
     def free(self, ptr):
         raise not_implemented("runtime.free")
 
-    def memcpy_h2d(self, dst, src, stream=None):
+    def malloc_host(self, nbytes):
+        raise not_implemented("runtime.malloc_host")
+
+    def free_host(self, buf):
+        raise not_implemented("runtime.free_host")
+
+    def memcpy(self, dst, src, stream=None):
+        raise not_implemented("runtime.memcpy")
+
+    def memcpy_h2d(self, dst, src, stream=None, depends_on=()):
         raise not_implemented("runtime.memcpy_h2d")
 
-    def memcpy_d2h(self, dst, src, stream=None, blocking=True):
+    def memcpy_d2h(self, dst, src, stream=None, blocking=True, depends_on=()):
         raise not_implemented("runtime.memcpy_d2h")
 
-    def create_stream(self):
+    def create_stream(self, flags="blocking", in_order=None, enable_profiling=False):
         raise not_implemented("runtime.create_stream")
 
     def default_stream(self):
         raise not_implemented("runtime.default_stream")
 
-    def record_event(self, stream=None):
+    def create_event(self, timing=True):
+        raise not_implemented("runtime.create_event")
+
+    def record_event(self, stream=None, event=None):
         raise not_implemented("runtime.record_event")
 
     def stream_wait_event(self, stream, event):
         raise not_implemented("runtime.stream_wait_event")
 
+    def query_event(self, event):
+        raise not_implemented("runtime.query_event")
+
+    def event_synchronize(self, event):
+        raise not_implemented("runtime.event_synchronize")
+
+    def elapsed_time(self, start, end):
+        raise not_implemented("runtime.elapsed_time")
+
+    def stream_synchronize(self, stream=None):
+        raise not_implemented("runtime.stream_synchronize")
+
     def load_module(self, binary):
         raise not_implemented("runtime.load_module")
 
-    def launch(self, module, entry, grid, args, stream=None):
+    def launch(self, module, entry, grid, args, stream=None, depends_on=()):
         raise not_implemented("runtime.launch")
+
+    def begin_capture(self, stream):
+        raise not_implemented("runtime.begin_capture")
+
+    def end_capture(self, stream):
+        raise not_implemented("runtime.end_capture")
 
     def synchronize(self):
         raise not_implemented("runtime.synchronize")

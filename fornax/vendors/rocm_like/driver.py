@@ -86,6 +86,7 @@ class AqlQueue(QueueBase):
         self._write(raw)
 
     def wait(self, marker: Marker) -> None:
+        self.check_marker(marker)
         handle = next(_handles)
         self.signals[handle] = (marker.sem, marker.value)
         self._write(BARRIER_AND.pack(PACKET_TYPE_BARRIER_AND | HEADER_BARRIER, 0, 0, handle, 0, 0, 0, 0, 0, 0))

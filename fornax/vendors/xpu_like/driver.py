@@ -4,7 +4,10 @@ Work is recorded into a command list; a regular list must be closed and
 then executed on a command queue, with an optional fence the host can wait
 on (fences are host-wait only).  An immediate command list executes each
 command as it is appended — that is the queue the runtime seam uses.
-Events come from an event pool and are never reset automatically: an event
+A regular list without the in-order flag only orders the START of its
+commands: the command queue spreads them over several hardware queues, so
+without a barrier or an event two of them may overlap and complete out of
+order (and the race detector says so).  Events come from an event pool and are never reset automatically: an event
 signalled in an earlier execution still reads as signalled until the host
 resets it, so re-executing a list without resetting its events lets a wait
 pass at once.
@@ -12,11 +15,13 @@ pass at once.
 
 from __future__ import annotations
 
-from ...layers.binary import ContainerError, KernelBinary, unpack_programs
+import numpy as np
+
+from ...layers.binary import ContainerError, KernelBinary, unpack_container, unpack_records
 from ...layers.driver import Context, DriverBase, QueueBase
 from ...sim import isa
 from ...sim.device import Device
-from ...sim.faults import SimError
+from ...sim.faults import InvalidProgram, SimError
 from ...sim.timeline import Packet, Semaphore
 from . import FACTS
 from .compiler import IL_TARGET, SPIRV_MAGIC, ZEBIN_MAGIC
@@ -69,10 +74,16 @@ class Fence:
 
 
 class CommandList:
-    """A regular command list: record, close, then execute on a command queue."""
+    """A regular command list: record, close, then execute on a command queue.
 
-    def __init__(self, driver: "XpuLikeDriver", ctx: Context):
+    Without ``in_order`` (ZE_COMMAND_LIST_FLAG_IN_ORDER) Level Zero only promises that the
+    list's commands START in order: two commands with no barrier or event between them may
+    run at the same time and complete in either order.  With it they run one after another.
+    """
+
+    def __init__(self, driver: "XpuLikeDriver", ctx: Context, in_order: bool = False):
         self.driver, self.ctx = driver, ctx
+        self.in_order = bool(in_order)
         self.commands: list[tuple] = []
         self.closed = False
 
@@ -85,6 +96,15 @@ class CommandList:
     def append_launch(self, module, entry: str, grid, args: dict, signal: Event | None = None,
                       waits: tuple[Event, ...] = ()) -> None:
         self._append(("launch", module, entry, grid, dict(args), signal, tuple(waits)))
+
+    def append_memory_copy(self, dst, src, nbytes: int | None = None, signal: Event | None = None,
+                           waits: tuple[Event, ...] = ()) -> None:
+        """zeCommandListAppendMemoryCopy: device addresses or host arrays on either side."""
+        self._append(("copy", dst, src, nbytes, signal, tuple(waits)))
+
+    def append_memory_prefetch(self, address: int, nbytes: int) -> None:
+        """zeCommandListAppendMemoryPrefetch: migrate shared memory to the device ahead of use."""
+        self._append(("prefetch", address, nbytes, None, ()))
 
     def append_signal_event(self, event: Event) -> None:
         self._append(("signal", event))
@@ -103,35 +123,89 @@ class CommandList:
 
 
 class CommandQueue:
-    """A command queue on one engine group; executes closed command lists."""
+    """A command queue on one engine group; executes closed command lists.
+
+    It owns ``[driver] command_queue_lanes`` hardware queues.  An in-order list runs on the
+    first; a list without the in-order flag spreads its commands over all of them, each
+    command starting only after the previous one started (a start semaphore that orders
+    start times and nothing else), so a kernel and a copy after it may overlap.  Lists run
+    one after another, and a barrier or an event orders commands within a list.
+    """
 
     def __init__(self, driver: "XpuLikeDriver", ctx: Context):
         self.driver, self.ctx = driver, ctx
-        self.lane = ImmediateCommandList(driver, ctx)
+        self.lanes = [ImmediateCommandList(driver, ctx)
+                      for _ in range(max(1, int(FACTS["driver"].get("command_queue_lanes", 1))))]
+        self.lane = self.lanes[0]
+        self.started = Semaphore("ze_cq_start")
+        self._starts = 0
+
+    def _join(self) -> list[tuple[Semaphore, int]]:
+        """Completion of everything already on this queue's lanes."""
+        return [(m.sem, m.value) for m in (lane.record() for lane in self.lanes) if m.value]
 
     def execute(self, lists: list[CommandList], fence: Fence | None = None) -> None:
         for cl in lists:
-            if not cl.closed:
+            if not isinstance(cl, CommandList) or not cl.closed:
                 raise self.driver.fail("invalid_value", "a command list must be closed before it is "
                                        "executed", call="execute")
         for cl in lists:
-            for cmd in cl.commands:
-                self.lane.run_command(cmd)
+            if cl.in_order:
+                self.lane._pending_waits.extend(self._join())
+                for cmd in cl.commands:
+                    self.lane.run_command(cmd)
+            else:
+                self._run_unordered(cl)
         if fence is not None:
             fence.target += 1
+            self.lane._pending_waits.extend(self._join())
             self.lane._push("compute", lambda: 0.0, "fence", "barrier",
                             also_signal=[(fence.sem, fence.target)])
 
     def create_fence(self) -> Fence:
         return Fence(self)
 
+    def _run_unordered(self, cl: CommandList) -> None:
+        join = self._join()                    # the list starts after the queue's earlier work
+        need_join = set(range(len(self.lanes)))
+        list_waits: list[tuple[Semaphore, int]] = []
+        slot = 0
+        for cmd in cl.commands:
+            kind = cmd[0]
+            if kind == "barrier":
+                join, need_join = self._join(), set(range(len(self.lanes)))
+                continue
+            if kind == "wait":
+                list_waits.extend((ev.sem, ev.epoch) for ev in cmd[1])
+                continue
+            if kind == "signal":               # after every earlier command of the list
+                self.lane._pending_waits.extend(self._join())
+                self.lane.signal_event(cmd[1])
+                continue
+            index = slot % len(self.lanes)
+            slot += 1
+            lane = self.lanes[index]
+            if index in need_join:
+                lane._pending_waits.extend(join)
+                need_join.discard(index)
+            lane._pending_waits.extend(list_waits)
+            if self._starts:
+                lane._pending_waits.append((self.started, self._starts))   # start order only
+            self._starts += 1
+            lane._start_signal = (self.started, self._starts)
+            lane.run_command(cmd)
+
 
 class ImmediateCommandList(QueueBase):
     """An in-order immediate command list: each appended command executes at once."""
 
     flavour = "immediate-command-list"
+    _start_signal: tuple | None = None
 
     def _submit(self, packet: Packet) -> None:
+        if self._start_signal is not None:
+            packet.start_signals.append(self._start_signal)
+            self._start_signal = None
         self.hwq.submit(packet)
 
     def run_command(self, cmd: tuple) -> None:
@@ -143,6 +217,20 @@ class ImmediateCommandList(QueueBase):
             self.launch(module, entry, grid, args)
             if signal is not None:
                 self.signal_event(signal)
+        elif kind == "copy":
+            _, dst, src, nbytes, signal, waits = cmd
+            for ev in waits:
+                self._pending_waits.append((ev.sem, ev.epoch))
+            if isinstance(src, np.ndarray):
+                self.copy_h2d(dst, src)
+            elif isinstance(dst, np.ndarray):
+                self.copy_d2h(dst, src)
+            else:
+                self.copy_d2d(dst, src, nbytes)
+            if signal is not None:
+                self.signal_event(signal)
+        elif kind == "prefetch":
+            self.prefetch(cmd[1], cmd[2])
         elif kind == "signal":
             self.signal_event(cmd[1])
         elif kind == "wait":
@@ -156,6 +244,10 @@ class ImmediateCommandList(QueueBase):
         self._push("compute", lambda: 0.0, f"signal event {event.index}", "barrier",
                    also_signal=[(event.sem, event.epoch)])
 
+    def append_memory_prefetch(self, address: int, nbytes: int) -> None:
+        """zeCommandListAppendMemoryPrefetch on the immediate list."""
+        self.prefetch(address, nbytes)
+
 
 class XpuLikeDriver(DriverBase):
     vendor = "xpu-like"
@@ -163,12 +255,22 @@ class XpuLikeDriver(DriverBase):
     queue_class = ImmediateCommandList
 
     def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
-        # building the IL: every kernel is decoded and verified; a failure is the build log
+        # building the IL: every kernel is decoded and verified; the failures are the build log
         magic = SPIRV_MAGIC if binary.format == "spirv-like" else ZEBIN_MAGIC
-        header, kernels = unpack_programs(magic, binary.data)
+        header, payload = unpack_container(magic, binary.data)
         expected = IL_TARGET if binary.format == "spirv-like" else header.get("device")
         if binary.target != expected:
             raise ContainerError(f"{binary.format} module is for {expected}, tag says {binary.target}")
+        kernels, errors = {}, []
+        for record in unpack_records(payload):
+            try:
+                program = isa.decode(record)
+            except InvalidProgram as exc:
+                errors.append(f"error: {exc}")
+                continue
+            kernels[program.name] = program
+        if errors:
+            raise InvalidProgram("\n".join(errors))
         return kernels
 
     def native_properties(self, device: Device, target: str) -> dict:
@@ -181,9 +283,10 @@ class XpuLikeDriver(DriverBase):
                 "coreClockRate": int(s.clock_ghz * 1000)}
 
     # -- Level Zero objects beyond the runtime's immediate list ------------------------
-    def create_command_list(self, ctx: Context) -> CommandList:
+    def create_command_list(self, ctx: Context, in_order: bool = False) -> CommandList:
+        """zeCommandListCreate; ``in_order`` is ZE_COMMAND_LIST_FLAG_IN_ORDER."""
         self.check(ctx, "create_queue")
-        return CommandList(self, ctx)
+        return CommandList(self, ctx, in_order)
 
     def create_command_queue(self, ctx: Context) -> CommandQueue:
         self.check(ctx, "create_queue")

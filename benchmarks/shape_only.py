@@ -1,0 +1,43 @@
+"""Shape-only (meta) mode at scale: one Llama-2-70B-like training step on 8 H200-like devices.
+
+Prints, per vendor family, the host wall time of the whole step (graph build,
+compile and the simulated run), the peak host memory of the process
+(``ru_maxrss``, which only grows, so later rows include earlier ones), the
+simulated step time and the per-device peak HBM.  Targets: under 30 s of wall
+time and 2 GiB of host memory per step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from fornax.scenarios.llm import LlamaConfig, simulate_step
+
+WALL_TARGET_S = 30.0
+RSS_TARGET_BYTES = 2 * 2**30
+
+
+def main(vendors=("cuda-like", "rocm-like", "xpu-like")) -> None:
+    cfg = LlamaConfig()
+    table = Table(title=f"Llama-2-70B-like training step, shape-only, 8 x h200-like (tp=8, "
+                        f"seq {cfg.seq}, micro-batch {cfg.batch}); targets: < {WALL_TARGET_S:.0f} s "
+                        f"wall, < {RSS_TARGET_BYTES / 2**30:.0f} GiB host")
+    for col in ("vendor", "host wall", "of which compile", "peak host RSS", "simulated step",
+                "compute / comm", "MFU", "peak HBM / device"):
+        table.add_column(col, justify="left" if col == "vendor" else "right")
+    for vendor in vendors:
+        t0 = time.perf_counter()
+        rep, _, _ = simulate_step(vendor, devices=8, cfg=cfg)
+        wall = time.perf_counter() - t0
+        table.add_row(vendor, f"{wall:.2f} s", f"{rep.compile_wall_s:.2f} s",
+                      f"{rep.peak_host_rss_bytes / 2**30:.2f} GiB", f"{rep.step_time_s:.3f} s",
+                      f"{rep.compute_s:.3f} s / {rep.communication_s:.3f} s", f"{rep.mfu:.1%}",
+                      f"{rep.peak_hbm_bytes / 1e9:.1f} GB")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
