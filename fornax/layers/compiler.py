@@ -21,6 +21,7 @@ from ..sim.isa import Program
 from . import codegen
 from .binary import KernelBinary
 from .errors import CompileError, ConfigError, FornaxError, GraphError
+from .tiling import choose_gemm_tile
 from .graph import OPS, DType, Graph, Node, Value
 
 
@@ -233,11 +234,12 @@ class CompilerBase:
         self.formats: tuple[str, ...] = tuple(c["formats"])
         self.simd_width: int = c["simd_width"]
         self.matrix_shape = tuple(c["matrix_shape"])
-        self.gemm_tile = tuple(c["gemm_tile"])
-        if any(t % s for t, s in zip(self.gemm_tile, self.matrix_shape)):
-            raise ConfigError(f"{self.vendor} compiler: GEMM tile {self.gemm_tile} is not a multiple of "
-                              f"the matrix instruction shape {self.matrix_shape}", seam="compiler",
-                              vendor=self.vendor)
+        self.gemm_tiles = [tuple(t) for t in c["gemm_tiles"]]
+        for tile in self.gemm_tiles:
+            if any(t % s for t, s in zip(tile, self.matrix_shape)):
+                raise ConfigError(f"{self.vendor} compiler: GEMM tile {tile} is not a multiple of "
+                                  f"the matrix instruction shape {self.matrix_shape}", seam="compiler",
+                                  vendor=self.vendor)
         self.block: int = c["pointwise_block"]
         self.group_size: int = c["simd_width"] * c["groups_per_block"]
         self.route: frozenset = frozenset(c.get("route_to_library", ()))
@@ -340,9 +342,12 @@ class CompilerBase:
                 extra = [v for v in ins if v is not a and v is not b]
                 prm = _gemm_params(a, b)
                 epi = group.nodes[1:]
+                choice, why = choose_gemm_tile(prm["m"], prm["n"], prm["batch"], target.compute_units,
+                                               self.gemm_tiles)
+                log.append(f"tile {name}: {'x'.join(map(str, self.gemm_tiles[choice]))} — {why}")
                 program, grid = codegen.gemm_kernel(
                     name, a.dtype, prm["m"], prm["n"], prm["k"], prm["batch"], prm["b_batched"],
-                    self.gemm_tile, self.group_size, epilogue=epi, product=mm.outputs[0],
+                    self.gemm_tiles[choice], self.group_size, epilogue=epi, product=mm.outputs[0],
                     extra_inputs=extra, outputs=outs)
                 args = {"a": buf(a, "temp"), "b": buf(b, "temp")}
                 args.update({f"in{i}": buf(v, "temp") for i, v in enumerate(extra)})

@@ -21,6 +21,7 @@ from .driver import arch_number
 from .errors import LibraryError
 from .graph import DType
 from .runtime import Runtime, Stream
+from .tiling import choose_gemm_tile
 
 
 @dataclass(frozen=True)
@@ -85,20 +86,10 @@ class LibraryBase:
         return LibraryError(message, seam="library", vendor=self.vendor, op=self.name, hint=hint)
 
     def choose(self, m: int, n: int, batch: int) -> tuple[Algorithm, str]:
-        """Heuristic: fewest wasted tile-slots over waves of compute units, larger tile on ties."""
+        """The family's algorithm list through the shared tile heuristic (layers/tiling.py)."""
         units = self.runtime.driver.properties(self.runtime.current_device()).compute_units
-        best = None
-        for algo in self.algorithms:
-            bm, bn, _ = algo.tile
-            tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
-            waves = math.ceil(tiles / units)
-            work = waves * units * bm * bn           # slot-area the device spends
-            waste = 1 - (m * n * batch) / work
-            key = (work, -bm * bn)
-            if best is None or key < best[0]:
-                best = (key, algo, f"{tiles} tiles in {waves} wave(s) on {units} units, "
-                                   f"{waste:.0%} of tile slots idle")
-        return best[1], best[2]
+        i, why = choose_gemm_tile(m, n, batch, units, [a.tile for a in self.algorithms])
+        return self.algorithms[i], why
 
     def _image_for(self, target: str, loadable: tuple[str, ...]) -> dict:
         candidates = [s for s in self.shipped if s["format"] in loadable]

@@ -253,7 +253,7 @@ def test_gemm_tile_must_be_a_multiple_of_the_matrix_instruction_shape():
     from fornax.vendors.rocm_like import FACTS, RocmLikeCompiler
 
     facts = copy.deepcopy(FACTS)
-    facts["compiler"]["gemm_tile"] = [48, 64, 32]          # 48 is not a multiple of MFMA's 32
+    facts["compiler"]["gemm_tiles"] = [[64, 64, 32], [48, 64, 32]]   # 48 is not a multiple of MFMA's 32
     bad = type("BadTile", (RocmLikeCompiler,), {"facts": facts})
     with pytest.raises(ConfigError, match=r"not a multiple of the matrix instruction shape \(32, 32, 8\)"):
         bad()
