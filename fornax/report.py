@@ -81,8 +81,13 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
         "h2d_bytes": driver.counts["h2d_bytes"],
         "d2h_bytes": driver.counts["d2h_bytes"],
         "peak_device_bytes": max(d.memory.peak for d in stack.devices),
+        # the compiler's memory plan: most storage live at once (largest device segment)
+        "planned_peak_bytes": max((p.stats.get("planned_peak_bytes", 0) for p in plans), default=0),
         "compile_wall_s": stack.compiler.compile_wall_s,
         "module_build_s": driver.module_load_s,       # simulated JIT / IL build in the driver
+        # cross-family binary translation between compiler output and driver load (simulated)
+        "translations": seams["compiler"].get("translator", {}).get("translations", 0),
+        "translate_s": seams["compiler"].get("translator", {}).get("simulated_s", 0.0),
         "flops": float(sum(k.flops for k in driver.kernel_log)),
         "spec_hbm_bytes": dev.spec.hbm_bytes,
     }
@@ -131,13 +136,24 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
                 f"{seam['device_segments']} device segment(s)"]
     if name == "compiler":
         neg = seam.get("negotiation", {})
-        return [f"emits {neg.get('compiler_format')} for {neg.get('target')} "
+        lines = [f"emits {neg.get('compiler_format')} for "
+                 f"{neg.get('translation', {}).get('source_target', neg.get('target'))} "
                 f"(driver loads {', '.join(neg.get('driver_loads', []))})",
                 f"{seam['ops_in']} ops -> {seam['ops_lowered']} after decomposition -> "
                 f"{seam['kernels']} kernels ({seam['fused_kernels']} fused) + "
                 f"{seam['library_calls']} library calls; SIMD {seam['simd_width']}, matrix "
                 f"{'x'.join(map(str, seam['matrix_shape']))}; {seam['binary_bytes']} bytes of binary",
-                f"compile cache hits {seam['cache_hits']}; compile wall {fmt_time(seam['compile_wall_s'])}"]
+                f"compile cache hits {seam['cache_hits']}{_cache_levels(seam.get('compile_cache'))}; "
+                f"compile wall {fmt_time(seam['compile_wall_s'])}"
+                + (f"; planned peak memory {fmt_bytes(seam['planned_peak_bytes'])}"
+                   if "planned_peak_bytes" in seam else "")]
+        t = seam.get("translator")
+        if t:
+            lines.append(f"translated {t['from']} -> {t['to']} by {t['name']} (declared by "
+                         f"{t['declared_by']}): {t['translations']} module(s), {fmt_bytes(t['bytes_in'])}"
+                         f" -> {fmt_bytes(t['bytes_out'])}, {t['reused']} reused, "
+                         f"{fmt_time(t['simulated_s'])} simulated")
+        return lines
     if name == "library":
         lines = [f"{seam['name']}: {seam['calls']} call(s); ships {', '.join(seam['shipped'])}"]
         for c in seam["algorithms_chosen"][:6]:
@@ -201,8 +217,13 @@ def render(report: dict, console: Console | None = None) -> None:
     ct.add_row("library calls", str(c["library_calls"]))
     ct.add_row("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")
     ct.add_row("peak device memory", fmt_bytes(c["peak_device_bytes"]))
+    if c.get("planned_peak_bytes"):
+        ct.add_row("planned peak (compiler memory plan)", fmt_bytes(c["planned_peak_bytes"]))
     ct.add_row("compile (host wall)", fmt_time(c["compile_wall_s"]))
     ct.add_row("module JIT / IL build (simulated, driver)", fmt_time(c["module_build_s"]))
+    if c.get("translations"):
+        ct.add_row("binary translation (simulated)", f"{c['translations']} module(s), "
+                   f"{fmt_time(c['translate_s'])}")
     if "energy_j" in c:
         ct.add_row("energy (simulated)", f"{c['energy_j']:.4g} J")
         ct.add_row("average power", f"{c['avg_power_w']:.1f} W")
@@ -231,3 +252,11 @@ def render(report: dict, console: Console | None = None) -> None:
         console.print(rt)
     for e in report["errors"]:
         console.print(f"[red]error[/] {e['message']}")
+
+
+def _cache_levels(c: dict | None) -> str:
+    """The compile cache's levels, for the compiler seam's line."""
+    if not c:
+        return ""
+    corrupt = f", {c['corrupt']} corrupt entries rebuilt" if c.get("corrupt") else ""
+    return f" (memory {c['memory_hits']}, disk {c['disk_hits']}, misses {c['misses']}{corrupt})"

@@ -9,6 +9,7 @@ SEAM=V`` overrides one) or from a TOML file::
     devices = 1
     topology = "switch"         # fabric between devices: switch, mesh or ring
     meta = false                # shape-only mode: shapes, memory and costs, no data
+    translate = true            # allow a declared binary translation (see layers/translate.py)
     seed = 0
 
     [stack.seams]
@@ -18,8 +19,11 @@ Config files are data: they are parsed with ``tomllib`` and checked key by
 key; nothing in them is executed.  Vendor families come from the
 ``fornax.vendors`` entry-point group (the three built-ins register there
 too).  At compose time the compiler's output formats and the library's
-shipped formats are negotiated against what the driver loads; an empty
-intersection is a :class:`FormatMismatchError` naming both sides.
+shipped formats are negotiated against what the driver loads.  When the
+compiler's formats and the driver's do not meet, a translation path the
+driver's family declares (``[[translators]]`` in its ``vendor.toml``) is put
+between compiler output and driver load; with no such path (or with
+``translate = false``) it is a :class:`FormatMismatchError` naming both sides.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .layers.compiler import Target
+from .layers.compiler import CompileOptions, Target
 from .layers.errors import ConfigError, FormatMismatchError, UnknownSeamError, UnknownVendorError
 from .layers.framework import RunResult
 from .layers.graph import Graph
+from .layers.translate import TranslatingCompiler, Translator, find_path, translation_paths
 from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
 from .sim.faults import SpecError
@@ -50,7 +55,7 @@ BUILTIN = {
     "null": "fornax.vendors.null:VENDOR",
 }
 DEFAULT_SPEC = "h200-like"
-_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta"}
+_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate"}
 
 
 def _load_object(ref: str, name: str) -> Vendor:
@@ -90,10 +95,14 @@ class StackConfig:
     seed: int = 0
     topology: str = "switch"
     meta: bool = False             # shape-only devices: no data, costs from kernel estimates
+    translate: bool = True         # allow a declared binary translation when formats do not meet
+    fuse: bool = True              # compiler fusion (off: one kernel per op, --no-fuse)
+    dump_ir: str | None = None     # directory the compiler writes the IR after each pass to
 
     def describe(self) -> dict:
         return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
-                "topology": self.topology, "meta": self.meta}
+                "topology": self.topology, "meta": self.meta, "translate": self.translate,
+                "fuse": self.fuse}
 
 
 def parse_seam_overrides(items) -> dict[str, str]:
@@ -113,7 +122,8 @@ def parse_seam_overrides(items) -> dict[str, str]:
 def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 spec: str | None = None, devices: int | None = None, seed: int | None = None,
                 base: StackConfig | None = None, topology: str | None = None,
-                meta: bool | None = None) -> StackConfig:
+                meta: bool | None = None, translate: bool | None = None,
+                fuse: bool | None = None, dump_ir: str | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
     if base is not None:
@@ -121,6 +131,10 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
     if topology is not None:
         cfg.topology = topology
     cfg.meta = bool(meta) if meta is not None else (base.meta if base is not None else False)
+    cfg.translate = (bool(translate) if translate is not None
+                     else (base.translate if base is not None else True))
+    cfg.fuse = bool(fuse) if fuse is not None else (base.fuse if base is not None else True)
+    cfg.dump_ir = dump_ir if dump_ir is not None else (base.dump_ir if base is not None else None)
     if vendor is not None:
         cfg.seams = {s: vendor for s in SEAMS}
     for seam, v in (seams or {}).items():
@@ -187,6 +201,9 @@ def load_config(path: str | Path) -> StackConfig:
     if not isinstance(stack.get("meta", False), bool):
         raise ConfigError(f"config file {p}: meta must be true or false, got {stack['meta']!r}")
     base.meta = stack.get("meta", False)
+    if not isinstance(stack.get("translate", True), bool):
+        raise ConfigError(f"config file {p}: translate must be true or false, got {stack['translate']!r}")
+    base.translate = stack.get("translate", True)
     return make_config(stack.get("vendor"), seams, base=base)
 
 
@@ -212,6 +229,25 @@ class Stack:
         return self.framework.run(graph, feeds)
 
 
+def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler, emits: tuple[str, ...],
+                loadable: tuple[str, ...]) -> TranslatingCompiler | None:
+    """A translating compiler when the driver's family declares a path from one of the
+    compiler's formats to one the driver loads: the compiler family's own loader decodes,
+    the driver family's own encoder re-encodes."""
+    src, dst = vendors["compiler"], vendors["driver"]
+    path = find_path(translation_paths(dst.facts, dst.name), emits, loadable)
+    if path is None:
+        return None
+    encoders = getattr(dst.compiler, "encoders", {}) or {}
+    if path.to_format not in encoders:
+        raise ConfigError(f"vendor {dst.name} declares translator {path.name} to {path.to_format}, "
+                          f"but its compiler has no {path.to_format} encoder",
+                          hint="fix the family's [[translators]] table")
+    loader = src.driver(devices)          # the source family's loader: names the arch, decodes
+    translator = Translator(path, loader.decode_image, encoders[path.to_format])
+    return TranslatingCompiler(compiler, translator, loader.target(0))
+
+
 def compose(config: StackConfig) -> Stack:
     try:
         spec = load_spec(config.spec)
@@ -229,13 +265,20 @@ def compose(config: StackConfig) -> Stack:
     runtime = vendors["runtime"].runtime(driver)
     library = vendors["library"].library(runtime)
     compiler = vendors["compiler"].compiler()
+    if hasattr(compiler, "options"):         # the shared pipeline's options (fusion, IR dumps)
+        compiler.options = CompileOptions(fuse=config.fuse, dump_ir=config.dump_ir)
     emits = tuple(compiler.output_formats())
     chosen = next((f for f in emits if f in loadable), None)
-    if chosen is None:
+    translator = None
+    if chosen is None and config.translate:
+        translator = _translator(vendors, devices, compiler, emits, loadable)
+    if chosen is None and translator is None:
         raise FormatMismatchError(
             f"compiler {vendors['compiler'].name} emits {', '.join(emits)}, but driver "
             f"{vendors['driver'].name} loads only {', '.join(loadable)}",
-            hint="pick a compiler and driver of one family, or a driver that loads the compiler's format")
+            hint="pick a compiler and driver of one family, or a driver that loads the compiler's format"
+                 + (" (translation is switched off)" if not config.translate else
+                    " (no translation path is declared between them)"))
     shipped = tuple(library.formats())
     lib_ok = [f for f in shipped if f in loadable]
     if not lib_ok:
@@ -244,11 +287,19 @@ def compose(config: StackConfig) -> Stack:
             f"{vendors['driver'].name} loads only {', '.join(loadable)}",
             hint="pick a library of the driver's family")
     props = driver.properties(0)
+    if translator is not None:
+        compiler, chosen = translator, translator.translator.to_format
     target = Target(props.target, chosen, props.compute_units)
     framework = vendors["framework"].framework(compiler, library, runtime, target)
     framework.meta = config.meta
     negotiation = {"driver_loads": list(loadable), "compiler_emits": list(emits),
                    "compiler_format": chosen, "library_ships": list(shipped),
                    "library_formats_usable": lib_ok, "target": props.target}
+    if translator is not None:
+        p = translator.translator.path
+        negotiation["compiler_format"] = p.from_format
+        negotiation["translation"] = {"path": p.name, "from": p.from_format, "to": p.to_format,
+                                      "declared_by": p.vendor, "source_target": translator.source_arch,
+                                      "driver_format": p.to_format}
     return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
                  target, negotiation, topology)

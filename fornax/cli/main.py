@@ -74,18 +74,27 @@ def main() -> None:
               help="Shape-only mode: shapes, memory and costs, no data (no numerics).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write a Chrome/Perfetto trace of the simulated timeline to FILE.")
+@click.option("--no-translate", "no_translate", is_flag=True, default=False,
+              help="Never put a binary translator between compiler and driver (formats must meet).")
+@click.option("--no-fuse", "no_fuse", is_flag=True, default=False,
+              help="Switch compiler fusion off: one kernel per op (to compare with fusion on).")
+@click.option("--dump-ir", "dump_ir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Write the compiler's IR after every pass to DIR (FORNAX_LOG=compiler: to stderr).")
 @click.option("--inject", default=None, metavar="KIND[@N]", hidden=True,
               help="Fault drill: inject faults (comma-separated KIND[@N]) on every device.")
 @debug_option
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
-                inject=None, trace_path=None, meta=None):
+                inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
+                dump_ir=None):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
         raise ConfigError("no stack given: use --vendor V, --seam SEAM=V for every seam, or --config FILE")
     cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base,
-                      devices=devices, topology=topology, meta=meta)
+                      devices=devices, topology=topology, meta=meta,
+                      translate=False if no_translate else None,
+                      fuse=False if no_fuse else None, dump_ir=dump_ir)
     wl = get_workload(workload or DEFAULT_WORKLOAD)
     if wl.meta_only and not cfg.meta:
         raise ConfigError(f"workload {wl.name} needs shape-only mode: add --meta (its weights and "
@@ -211,3 +220,7 @@ main.add_command(conform)
 from .cost import cost  # noqa: E402
 
 main.add_command(cost)
+
+from .compile import compile_cmd  # noqa: E402
+
+main.add_command(compile_cmd)

@@ -1,17 +1,23 @@
 """The compiler seam: graph IR -> optimised kernels + a launch plan.
 
-The pipeline is shared policy, each pass a small function: verify,
-decompose composites, route ops to the library (a per-family policy), fuse
-into kernels, plan buffers, generate tile-ISA code.  A family supplies its
-facts (``vendor.toml`` ``[compiler]``: the formats it emits, SIMD width,
-matrix instruction shape, tile sizes, routing policy) and its encoders,
-which pack the generated programs into its own binary formats.
+The pipeline is shared policy, a sequence of passes each in its own module
+under :mod:`fornax.layers.passes`: check what can be lowered (``route``),
+then the graph passes ``decompose``, ``fold``, ``simplify``, ``layout``,
+``cse``, ``dce``, then library routing, ``fuse`` into kernels, buffer
+planning, tile-ISA code generation and ``memplan`` (liveness-based buffer
+reuse).  Every pass records the ops before and after in the plan's log and
+stats.  A family supplies its facts (``vendor.toml`` ``[compiler]``: the
+formats it emits, SIMD width, matrix instruction shape, tile sizes, routing
+policy) and its encoders, which pack the generated programs into its own
+binary formats.
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
+import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -20,9 +26,23 @@ import numpy as np
 from ..sim.isa import Program
 from . import codegen
 from .binary import KernelBinary
+from .compile_cache import CompileCache, cache_key, fornax_version
 from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .tiling import choose_gemm_tile
-from .graph import OPS, DType, Graph, Node, Value
+from .graph import DType, Graph, Value
+from .passes import route as routing
+from .passes.cse import cse
+from .passes.dce import dce
+from .passes.decompose import decompose
+from .passes.fold import fold
+from .passes.fuse import Group, describe as describe_groups, fuse, group_io
+from .passes.layout import layout
+from .passes.memplan import MemoryPlan, plan_memory
+from .passes.simplify import simplify
+
+__all__ = ["Target", "Buffer", "KernelStep", "LibraryStep", "CollectiveStep", "CompiledGraph",
+           "Compiler", "CompilerBase", "CompileOptions", "GRAPH_PASSES", "OPTIONAL_PASSES",
+           "decompose", "fuse", "group_io", "Group", "MemoryPlan"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +107,7 @@ class CompiledGraph:
     programs: dict[str, Program]
     log: list[str]
     stats: dict
+    memory: MemoryPlan | None = None   # buffers sharing storage (None: each its own allocation)
 
 
 @runtime_checkable
@@ -94,132 +115,50 @@ class Compiler(Protocol):
     vendor: str
 
     def output_formats(self) -> tuple[str, ...]: ...
-    def compile(self, graph: Graph, target: Target, library_routines: frozenset = frozenset()) -> CompiledGraph: ...
+    def compile(self, graph: Graph, target: Target, library_routines: frozenset = frozenset(),
+                options: CompileOptions | None = None) -> CompiledGraph: ...
+    def unsupported(self, graph: Graph, library_routines: frozenset = frozenset()) -> dict[str, str]: ...
     def report(self) -> dict: ...
 
 
-# ---- passes --------------------------------------------------------------------------
-def decompose(graph: Graph, keep: frozenset = frozenset()) -> Graph:
-    """Replace composite ops (except those in ``keep``) by their decompositions."""
-    out = Graph(graph.name)
-    env: dict[int, Value] = {}
-    for v in graph.inputs:
-        env[id(v)] = out.input(v.name, v.shape, v.dtype)
-    for v in graph.constants:
-        env[id(v)] = out.constant(v.const, v.name)
-    for node in graph.nodes:
-        opdef = OPS[node.op]
-        args = [env[id(v)] for v in node.inputs]
-        if node.op == "all_reduce" and node.attrs.get("ranks") == 1:
-            env[id(node.outputs[0])] = args[0]       # a sum over one rank is the value itself
-            continue
-        if opdef.decompose is not None and node.op not in keep:
-            res = opdef.decompose(out, args, node.attrs)
-        else:
-            res = out.op(node.op, *args, **node.attrs)
-            out.rename(res, node.outputs[0].name, strict=False)   # buffers keep the graph's names
-        env[id(node.outputs[0])] = res
-    out.output(*(env[id(v)] for v in graph.outputs))
-    return out
+# ---- options -------------------------------------------------------------------------
+#: the graph passes, in pipeline order; ``decompose`` always runs (composites have no lowering)
+GRAPH_PASSES = ("decompose", "fold", "simplify", "layout", "cse", "dce")
+_GRAPH_PASS_FNS = {"decompose": decompose, "fold": fold, "simplify": simplify, "layout": layout,
+                   "cse": cse, "dce": dce}
+OPTIONAL_PASSES = ("fold", "simplify", "layout", "cse", "dce", "fuse", "memplan")
 
 
-@dataclass
-class Group:
-    kind: str                      # pointwise | reduction | gemm | library
-    nodes: list[Node]
-    space: tuple[int, ...]
-    axis: int | None = None
-    closed: bool = False
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile: ``fuse`` (off: one kernel per op, ``--no-fuse``), which optional
+    passes run (``None``: all of :data:`OPTIONAL_PASSES`), and ``dump_ir``: a directory
+    that receives the IR after every pass (``--dump-ir DIR``)."""
 
-    def produces(self, v: Value) -> bool:
-        return any(v is n.outputs[0] for n in self.nodes)
+    fuse: bool = True
+    passes: tuple[str, ...] | None = None
+    dump_ir: str | None = None
 
+    def __post_init__(self):
+        if self.passes is not None:
+            object.__setattr__(self, "passes", tuple(self.passes))
+            bad = sorted(set(self.passes) - set(OPTIONAL_PASSES))
+            if bad:
+                raise ConfigError(f"unknown compiler pass(es) {', '.join(bad)}; optional passes: "
+                                  f"{', '.join(OPTIONAL_PASSES)}", seam="compiler")
 
-def _consumes_group(group: Group, node: Node) -> bool:
-    return any(group.produces(v) for v in node.inputs)
+    def enabled(self, name: str) -> bool:
+        if name == "fuse" and not self.fuse:
+            return False
+        return name == "decompose" or self.passes is None or name in self.passes
 
-
-def fuse(graph: Graph, library_ops: frozenset) -> list[Group]:
-    """Greedy producer-consumer fusion in topological order."""
-    groups: list[Group] = []
-    cur: Group | None = None
-
-    def start(g: Group) -> Group:
-        groups.append(g)
-        return g
-
-    for node in graph.nodes:
-        out = node.outputs[0]
-        kind = OPS[node.op].kind
-        if kind == "matmul":
-            if node.op in library_ops:
-                start(Group("library", [node], out.shape, closed=True))
-                cur = None
-            else:
-                cur = start(Group("gemm", [node], out.shape))
-            continue
-        if kind == "reduce":
-            x = node.inputs[0]
-            axis = node.attrs.get("axis", -1) % len(x.shape)
-            keep = node.attrs.get("keepdims", True)
-            joinable = (cur is not None and not cur.closed and cur.kind in ("pointwise", "reduction")
-                        and cur.space == x.shape and cur.axis in (None, axis)
-                        and _consumes_group(cur, node))
-            if joinable:
-                cur.nodes.append(node)
-                cur.kind, cur.axis = "reduction", axis
-            else:
-                cur = start(Group("reduction", [node], x.shape, axis))
-            if not keep:
-                cur.closed = True
-            continue
-        if kind == "collective":
-            start(Group("collective", [node], out.shape, closed=True))
-            cur = None
-            continue
-        if kind == "layout":
-            # a layout op reads its operand through a rearranged index: it opens a new
-            # pointwise kernel (over its output), and elementwise consumers may fuse after it
-            cur = start(Group("pointwise", [node], out.shape))
-            continue
-        if kind != "elementwise":
-            raise CompileError(f"no lowering for {kind} op {node.op!r} (decompose it first)",
-                               seam="compiler", op=node.op)
-        reduced = None
-        if cur is not None and cur.axis is not None:
-            reduced = tuple(1 if d == cur.axis else s for d, s in enumerate(cur.space))
-        fits = (cur is not None and not cur.closed and cur.kind != "library"
-                and (out.shape == cur.space or (cur.kind == "reduction" and out.shape == reduced))
-                and _consumes_group(cur, node))
-        if fits:
-            cur.nodes.append(node)
-        else:
-            cur = start(Group("pointwise", [node], out.shape))
-    return groups
+    def key(self) -> str:
+        """What changes the compiled result (``dump_ir`` does not)."""
+        return f"fuse={self.fuse} passes={','.join(self.passes) if self.passes is not None else '*'}"
 
 
-def group_io(graph: Graph, groups: list[Group]) -> list[tuple[list[Value], list[Value]]]:
-    """External inputs and live-out outputs of every group."""
-    users = graph.users()
-    owner = {}
-    for gi, g in enumerate(groups):
-        for n in g.nodes:
-            owner[id(n.outputs[0])] = gi
-    graph_outs = {id(v) for v in graph.outputs}
-    result = []
-    for gi, g in enumerate(groups):
-        ins: list[Value] = []
-        for n in g.nodes:
-            for v in n.inputs:
-                if owner.get(id(v)) != gi and all(v is not w for w in ins):
-                    ins.append(v)
-        outs = []
-        for n in g.nodes:
-            v = n.outputs[0]
-            if id(v) in graph_outs or any(owner.get(id(u.outputs[0])) != gi for u in users.get(id(v), [])):
-                outs.append(v)
-        result.append((ins, outs))
-    return result
+def _log_enabled() -> bool:
+    return "compiler" in {p.strip() for p in os.environ.get("FORNAX_LOG", "").split(",")}
 
 
 class CompilerBase:
@@ -243,9 +182,12 @@ class CompilerBase:
         self.block: int = c["pointwise_block"]
         self.group_size: int = c["simd_width"] * c["groups_per_block"]
         self.route: frozenset = frozenset(c.get("route_to_library", ()))
-        self._cache: dict[str, CompiledGraph] = {}
+        self.compile_cache = CompileCache()        # content-addressed, memory + disk
         self.counts = {"graphs_compiled": 0, "cache_hits": 0, "ops_in": 0, "ops_lowered": 0,
-                       "kernels": 0, "fused_kernels": 0, "library_calls": 0, "binary_bytes": 0}
+                       "kernels": 0, "fused_kernels": 0, "library_calls": 0, "binary_bytes": 0,
+                       "planned_peak_bytes": 0}
+        #: the options a compile() without its own uses (compose sets them from the stack config)
+        self.options = CompileOptions()
         self.compile_wall_s = 0.0
 
     #: vendor hook: binary format -> encoder(programs, arch, producer) -> KernelBinary
@@ -260,15 +202,31 @@ class CompilerBase:
     def output_formats(self) -> tuple[str, ...]:
         return self.formats
 
-    def _fingerprint(self, graph: Graph, target: Target, routines: frozenset) -> str:
-        h = hashlib.sha256(str(graph).encode())
-        for v in graph.constants:
-            h.update(np.ascontiguousarray(v.const).tobytes())
-        h.update(f"{target}|{sorted(routines)}".encode())
-        return h.hexdigest()
+    def unsupported(self, graph: Graph, library_routines: frozenset = frozenset()) -> dict[str, str]:
+        """op -> reason for every op of ``graph`` this compiler cannot lower (asked up front,
+        so the framework can run those ops on the CPU instead)."""
+        return routing.unsupported(graph, routing.library_ops(self.route, library_routines))
 
-    def compile(self, graph: Graph, target: Target,
-                library_routines: frozenset = frozenset()) -> CompiledGraph:
+    # -- compile cache (one place; memory + disk levels in layers/compile_cache.py) ----------
+    def _fingerprint(self, graph: Graph, target: Target, routines: frozenset,
+                     options: CompileOptions | None = None) -> str:
+        identity = {"vendor": self.vendor, "compiler": self.facts["compiler"], "fornax": fornax_version()}
+        return cache_key(graph, target, identity,
+                         f"{sorted(routines)}|{(options or CompileOptions()).key()}")
+
+    def _cache_get(self, key: str, graph: Graph) -> CompiledGraph | None:
+        plan = self.compile_cache.get(key, graph)
+        if plan is not None:
+            self.counts["cache_hits"] += 1
+        return plan
+
+    def _cache_put(self, key: str, plan: CompiledGraph, graph: Graph) -> None:
+        self.compile_cache.put(key, plan, graph)
+
+    # -- the pipeline -----------------------------------------------------------------
+    def compile(self, graph: Graph, target: Target, library_routines: frozenset = frozenset(),
+                options: CompileOptions | None = None) -> CompiledGraph:
+        options = options or self.options
         if target.format not in self.formats:
             raise CompileError(f"cannot emit {target.format}; this compiler emits "
                                f"{', '.join(self.formats)}", seam="compiler", vendor=self.vendor)
@@ -277,30 +235,72 @@ class CompilerBase:
         except GraphError as exc:
             raise CompileError(f"graph {graph.name!r} is invalid: {exc.message}", seam="compiler",
                                vendor=self.vendor, op=exc.op) from None
-        key = self._fingerprint(graph, target, library_routines)
-        if key in self._cache:
-            self.counts["cache_hits"] += 1
-            return self._cache[key]
+        cannot = self.unsupported(graph, library_routines)
+        if cannot:
+            op, why = next(iter(cannot.items()))
+            raise CompileError(f"graph {graph.name!r}: cannot lower {', '.join(sorted(cannot))} ({why})",
+                               seam="compiler", vendor=self.vendor, op=op,
+                               hint="run it through the framework, which routes ops the compiler "
+                                    "cannot lower to the CPU")
+        key = self._fingerprint(graph, target, library_routines, options)
+        cached = self._cache_get(key, graph)
+        if cached is not None:
+            return cached
         t0 = time.perf_counter()
         try:
-            plan = self._compile(graph, target, library_routines)
+            plan = self._compile(graph, target, library_routines, options)
         except FornaxError as exc:
             if exc.seam is None:
                 exc.seam, exc.vendor = "compiler", self.vendor
             raise
         self.compile_wall_s += time.perf_counter() - t0
-        self._cache[key] = plan
+        self._cache_put(key, plan, graph)
         return plan
 
-    def _compile(self, graph: Graph, target: Target, routines: frozenset) -> CompiledGraph:
+    def _dump(self, options: CompileOptions, graph_name: str, index: int, name: str, text: str) -> None:
+        """The IR after a pass: to stderr under FORNAX_LOG=compiler, to a file under dump_ir."""
+        if _log_enabled():
+            print(f"--- fornax compiler: {graph_name} after {name} ---\n{text}", file=sys.stderr)
+        if options.dump_ir:
+            path = Path(options.dump_ir) / f"{graph_name}.{index:02d}.{name}.txt"
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text + "\n", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"--dump-ir: cannot write {path}: {exc.strerror or exc}",
+                                  seam="compiler") from None
+
+    def run_graph_passes(self, graph: Graph, options: CompileOptions | None = None,
+                         log: list[str] | None = None, records: list[dict] | None = None) -> Graph:
+        """The graph-to-graph passes in order (each one that ``options`` enables)."""
+        options = options or self.options
+        self._dump(options, graph.name, 0, "input", str(graph))
+        for i, name in enumerate(GRAPH_PASSES, 1):
+            if not options.enabled(name):
+                continue
+            before = len(graph.nodes)
+            graph = _GRAPH_PASS_FNS[name](graph)
+            if log is not None:
+                log.append(f"{name}: {before} -> {len(graph.nodes)} ops")
+            if records is not None:
+                records.append({"pass": name, "ops_before": before, "ops_after": len(graph.nodes)})
+            self._dump(options, graph.name, i, name, str(graph))
+        return graph
+
+    def _compile(self, graph: Graph, target: Target, routines: frozenset,
+                 options: CompileOptions) -> CompiledGraph:
         log = [f"input: {len(graph.nodes)} ops"]
-        lowered = decompose(graph)
-        log.append(f"decompose: {len(graph.nodes)} -> {len(lowered.nodes)} ops")
-        library_ops = frozenset(op for op in self.route if op in routines)
-        groups = fuse(lowered, library_ops)
+        records: list[dict] = []
+        lowered = self.run_graph_passes(graph, options, log, records)
+        library_ops = routing.library_ops(self.route, routines)
+        groups = fuse(lowered, library_ops, enabled=options.enabled("fuse"))
         io = group_io(lowered, groups)
-        log.append(f"fuse: {len(lowered.nodes)} ops -> {len(groups)} steps "
-                   f"({sum(g.kind == 'library' for g in groups)} library calls)")
+        n_lib = sum(g.kind == "library" for g in groups)
+        log.append(f"route: {n_lib} library calls ({', '.join(sorted(library_ops)) or 'nothing routed'})")
+        log.append(f"fuse{'' if options.enabled('fuse') else ' (off)'}: {len(lowered.nodes)} ops -> "
+                   f"{len(groups)} steps")
+        records.append({"pass": "fuse", "ops_before": len(lowered.nodes), "ops_after": len(groups)})
+        self._dump(options, graph.name, len(GRAPH_PASSES) + 1, "fuse", describe_groups(groups))
 
         buffers: dict[int, Buffer] = {}
         by_value: dict[int, int] = {}
@@ -367,24 +367,42 @@ class CompilerBase:
             steps.append(KernelStep(name, grid, args, ops))
         outputs = [buf(v, "output") for v in lowered.outputs]
         binary = self.emit(programs, target) if programs else None
+        pinned = set(inputs) | set(outputs) | {b.id for b in buffers.values() if b.role == "constant"}
+        memory = None
+        if options.enabled("memplan"):
+            memory = plan_memory([_step_buffers(st) for st in steps],
+                                 {bid: b.nbytes for bid, b in buffers.items()}, pinned)
+            log.append(f"memplan: {len(memory.slots)} temporaries in {len(memory.slot_bytes)} slots; "
+                       f"planned peak {memory.peak_bytes} of {memory.total_bytes} bytes")
         kernels = [s for s in steps if isinstance(s, KernelStep)]
+        total = sum(b.nbytes for b in buffers.values())
         stats = {"ops_in": len(graph.nodes), "ops_lowered": len(lowered.nodes),
                  "kernels": len(kernels), "fused_kernels": sum(len(s.ops) > 1 for s in kernels),
                  "library_calls": sum(isinstance(s, LibraryStep) for s in steps),
                  "binary_bytes": len(binary.data) if binary else 0,
-                 "planned_bytes": sum(b.nbytes for b in buffers.values())}
+                 "planned_bytes": total,
+                 "planned_peak_bytes": memory.peak_bytes if memory is not None else total,
+                 "shared_buffers": memory.shared if memory is not None else 0,
+                 "fuse": options.enabled("fuse"), "passes": records}
         for k in ("ops_in", "ops_lowered", "kernels", "fused_kernels", "library_calls", "binary_bytes"):
             self.counts[k] += stats[k]
         self.counts["graphs_compiled"] += 1
+        self.counts["planned_peak_bytes"] = max(self.counts["planned_peak_bytes"],
+                                                stats["planned_peak_bytes"])
         log.append(f"codegen: {stats['kernels']} kernels ({stats['fused_kernels']} fused), "
                    f"{target.format} for {target.arch}, {stats['binary_bytes']} bytes")
         return CompiledGraph(graph.name, target, binary, buffers, steps, inputs, outputs,
-                             {p.name: p for p in programs}, log, stats)
+                             {p.name: p for p in programs}, log, stats, memory)
 
     def report(self) -> dict:
         return {"vendor": self.vendor, "formats": list(self.formats), "simd_width": self.simd_width,
                 "matrix_shape": list(self.matrix_shape), "routes_to_library": sorted(self.route),
-                **self.counts, "compile_wall_s": self.compile_wall_s}
+                **self.counts, "compile_wall_s": self.compile_wall_s,
+                "compile_cache": self.compile_cache.report()}
+
+
+def _step_buffers(step) -> list[int]:
+    return list(step.args.values() if isinstance(step, KernelStep) else step.buffers.values())
 
 
 def _io_args(ins: list[Value], outs: list[Value], buf) -> dict:

@@ -155,6 +155,11 @@ class FrameworkBase:
         graph.verify()
         feeds = self._check_feeds(graph, feeds)
         routes = [self.route(n.op) for n in graph.nodes]
+        # ops the compiler says up front it cannot lower run on the CPU, with its reason
+        ask = getattr(self.compiler, "unsupported", None)
+        cannot = ask(graph, self.library.ops() if self.library is not None else frozenset()) if ask else {}
+        routes = [Route(r.op, "fallback", f"{self.vendor} compiler cannot lower {r.op}: {cannot[r.op]}; "
+                  "runs on the CPU") if r.kind != "fallback" and r.op in cannot else r for r in routes]
         self.counts["graphs_run"] += 1
         self.counts["ops_captured"] += len(graph.nodes)
         for r in routes:
@@ -264,7 +269,9 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
     Inputs and constants are allocated and uploaded first; every other buffer
     is allocated just before the first step that touches it and freed after
     the last one (plan outputs stay until they are downloaded), so the peak
-    is what is live at once, not the sum of every buffer.  In shape-only mode
+    is what is live at once, not the sum of every buffer.  Temporaries the
+    compiler's memory plan (``plan.memory``) puts in one slot share one
+    allocation.  In shape-only mode
     (``meta``) the same calls are made with :class:`MetaArray` descriptors.
     """
     ptrs: dict[int, int] = {}
@@ -273,9 +280,16 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
                                                       if b.role == "constant"}
     release: dict[int, list[int]] = {}
     stream = runtime.default_stream()      # in order on every family (never an out-of-order queue)
+    # the compiler's memory plan: temporaries in one slot share one allocation (the slot's
+    # size), made at the slot's first use and freed after its last
+    mem = plan.memory
+    slot_of = dict(mem.slots) if mem is not None else {}
+    slot_ptr: dict[int, int] = {}
     for bid, i in last.items():
-        if bid not in pinned:
+        if bid not in pinned and bid not in slot_of:
             release.setdefault(i, []).append(bid)
+    for s, (_, end) in enumerate(mem.slot_span if mem is not None else ()):
+        release.setdefault(end, []).append(-1 - s)         # a slot: negative key
     try:
         for bid in plan.inputs:
             ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
@@ -293,7 +307,13 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
             bids = step.args.values() if isinstance(step, KernelStep) else step.buffers.values()
             for bid in bids:
                 if bid not in ptrs:
-                    ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
+                    s = slot_of.get(bid)
+                    if s is None:
+                        ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
+                    else:
+                        if s not in slot_ptr:
+                            slot_ptr[s] = runtime.malloc(mem.slot_bytes[s])
+                        ptrs[bid] = slot_ptr[s]
             if isinstance(step, KernelStep):
                 args = {name: ptrs[bid] for name, bid in step.args.items()}
                 runtime.launch(module, step.entry, step.grid, args, stream)
@@ -312,7 +332,13 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
                                            "it with ranks=1")
                 collective(runtime, step, {role: ptrs[bid] for role, bid in step.buffers.items()})
             for bid in release.get(i, ()):
-                runtime.free(ptrs.pop(bid))
+                if bid >= 0:
+                    runtime.free(ptrs.pop(bid))
+                elif -1 - bid in slot_ptr:
+                    ptr = slot_ptr.pop(-1 - bid)
+                    for m in [m for m, p in ptrs.items() if p == ptr and slot_of.get(m) == -1 - bid]:
+                        del ptrs[m]
+                    runtime.free(ptr)
         results = []
         for bid in plan.outputs:
             buf = plan.buffers[bid]
@@ -323,7 +349,7 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
         runtime.synchronize()
         return results
     finally:
-        for ptr in ptrs.values():
+        for ptr in {*ptrs.values(), *slot_ptr.values()}:     # a shared slot is freed once
             try:
                 runtime.free(ptr)
             except FornaxError:

@@ -135,6 +135,10 @@ class OpDef:
     reference: Callable[..., np.ndarray]        # (float64 arrays..., **attrs) -> array
     decompose: Callable | None = None           # (graph, inputs, attrs) -> Value, for composites
     attrs: tuple[str, ...] = ()
+    #: operands Graph.op brings to one dtype by inserting casts: indices, or "all" (variadic ops)
+    promote: tuple[int, ...] | str = ()
+    #: after promotion, an integer or bool common dtype becomes float32 (true division)
+    promote_to_float: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -156,8 +160,37 @@ def _same_dtype(op: str, types: list[TensorType]) -> DType:
     dtypes = {t.dtype for t in types}
     if len(dtypes) != 1:
         raise GraphError(f"{op}: operand dtypes differ ({', '.join(sorted(d.value for d in dtypes))}); "
-                         "insert a cast", op=op, hint="graph ops do not promote implicitly")
+                         "insert a cast", op=op,
+                         hint="Graph.op inserts the casts of type promotion; a hand-built node must carry them")
     return dtypes.pop()
+
+
+_PROMOTION_KIND = {DType.BOOL: 0, DType.INT32: 1, DType.INT64: 1, DType.FLOAT16: 2,
+                   DType.BFLOAT16: 2, DType.FLOAT32: 2, DType.FLOAT64: 2}
+
+
+def promote_types(*dtypes: DType) -> DType:
+    """The common dtype of operands, by PyTorch's rules for tensors of any rank.
+
+    bool < integers < floats; two of one kind give the wider; an integer with a
+    float gives the float; float16 with bfloat16 gives float32."""
+    out = DType.of(dtypes[0])
+    for d in dtypes[1:]:
+        d = DType.of(d)
+        if d is out:
+            continue
+        ka, kb = _PROMOTION_KIND[out], _PROMOTION_KIND[d]
+        if ka != kb:
+            out = out if ka > kb else d
+        elif {out, d} == {DType.FLOAT16, DType.BFLOAT16}:
+            out = DType.FLOAT32
+        else:
+            out = out if out.itemsize >= d.itemsize else d
+    return out
+
+
+def _promote_indices(opdef: "OpDef", n: int) -> tuple[int, ...]:
+    return tuple(range(n)) if opdef.promote == "all" else tuple(i for i in opdef.promote if i < n)
 
 
 def _float_only(op: str, dtype: DType) -> None:
@@ -165,19 +198,48 @@ def _float_only(op: str, dtype: DType) -> None:
         raise GraphError(f"{op}: needs a floating-point operand, got {dtype}", op=op)
 
 
-def _unary(name: str, ref: Callable, floats: bool = True) -> None:
+def _unary(name: str, ref: Callable, floats: bool = True, out_bool: bool = False,
+           no_bool: bool = False, infer_attrs: Callable | None = None, attrs: tuple[str, ...] = ()) -> None:
     def infer(types, attrs):
         if floats:
             _float_only(name, types[0].dtype)
-        return types[0]
-    _register(OpDef(name, "elementwise", 1, infer, ref))
+        if no_bool and types[0].dtype is DType.BOOL:
+            raise GraphError(f"{name}: needs a numeric operand, got bool", op=name)
+        if infer_attrs is not None:
+            infer_attrs(attrs)
+        return TensorType(types[0].shape, DType.BOOL) if out_bool else types[0]
+    _register(OpDef(name, "elementwise", 1, infer, ref, attrs=attrs))
 
 
-def _binary(name: str, ref: Callable, out_bool: bool = False) -> None:
+def _binary(name: str, ref: Callable, out_bool: bool = False, to_float: bool = False,
+            no_bool: bool = False, ints_only: bool = False) -> None:
     def infer(types, attrs):
         dt = _same_dtype(name, types)
+        if no_bool and dt is DType.BOOL:
+            raise GraphError(f"{name}: needs numeric operands, got bool", op=name)
+        if ints_only and dt.is_float:
+            raise GraphError(f"{name}: needs integer or bool operands, got {dt}", op=name)
+        if to_float:
+            _float_only(name, dt)
         return TensorType(_broadcast(name, types), DType.BOOL if out_bool else dt)
-    _register(OpDef(name, "elementwise", 2, infer, ref))
+    _register(OpDef(name, "elementwise", 2, infer, ref, promote=(0, 1), promote_to_float=to_float))
+
+
+def _gelu_ref(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _erf(x):
+    from scipy.special import erf
+    return erf(x)
+
+
+def _check_gelu(attrs):
+    if attrs.get("approximate", "none") not in ("none", "tanh"):
+        raise GraphError(f"gelu: approximate must be 'none' or 'tanh', got {attrs['approximate']!r}",
+                         op="gelu")
 
 
 _unary("neg", np.negative, floats=False)
@@ -189,15 +251,39 @@ _unary("sqrt", np.sqrt)
 _unary("rsqrt", lambda x: 1 / np.sqrt(x))
 _unary("relu", lambda x: np.maximum(x, 0))
 _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)))
+_unary("erf", _erf)
+_unary("sin", np.sin)
+_unary("cos", np.cos)
+_unary("reciprocal", lambda x: 1 / x)
+_unary("floor", np.floor, floats=False, no_bool=True)
+_unary("ceil", np.ceil, floats=False, no_bool=True)
+_unary("round", np.round, floats=False, no_bool=True)       # half to even, as torch.round
+_unary("sign", np.sign, floats=False, no_bool=True)
+_unary("logical_not", np.logical_not, floats=False, out_bool=True)
+_unary("isnan", np.isnan, floats=False, out_bool=True)
+_unary("gelu", _gelu_ref, infer_attrs=_check_gelu, attrs=("approximate",))
+_unary("silu", lambda x: x / (1 + np.exp(-x)))
 _binary("add", np.add)
-_binary("sub", np.subtract)
+_binary("sub", np.subtract, no_bool=True)
 _binary("mul", np.multiply)
-_binary("div", np.true_divide)
+_binary("div", np.true_divide, to_float=True)
 _binary("maximum", np.maximum)
 _binary("minimum", np.minimum)
+_binary("pow", np.power, no_bool=True)
+_binary("atan2", np.arctan2, to_float=True)
+_binary("floor_divide", np.floor_divide, no_bool=True)
+_binary("remainder", np.mod, no_bool=True)                  # sign of the divisor, as torch.remainder
 _binary("lt", np.less, out_bool=True)
+_binary("le", np.less_equal, out_bool=True)
 _binary("gt", np.greater, out_bool=True)
+_binary("ge", np.greater_equal, out_bool=True)
 _binary("eq", np.equal, out_bool=True)
+_binary("ne", np.not_equal, out_bool=True)
+_binary("logical_and", np.logical_and, out_bool=True)
+_binary("logical_or", np.logical_or, out_bool=True)
+_binary("bitwise_and", np.bitwise_and, ints_only=True)
+_binary("bitwise_or", np.bitwise_or, ints_only=True)
+_binary("bitwise_xor", np.bitwise_xor, ints_only=True)
 
 
 def _infer_where(types, attrs):
@@ -207,7 +293,24 @@ def _infer_where(types, attrs):
     return TensorType(_broadcast("where", types), _same_dtype("where", [a, b]))
 
 
-_register(OpDef("where", "elementwise", 3, _infer_where, lambda c, a, b: np.where(c, a, b)))
+_register(OpDef("where", "elementwise", 3, _infer_where, lambda c, a, b: np.where(c, a, b),
+                promote=(1, 2)))
+
+
+def _infer_clamp(types, attrs):
+    dt = _same_dtype("clamp", types)
+    if dt is DType.BOOL:
+        raise GraphError("clamp: needs numeric operands, got bool", op="clamp")
+    shape = _broadcast("clamp", types)
+    if shape != types[0].shape:
+        raise GraphError(f"clamp: bounds {types[1].shape} and {types[2].shape} must broadcast to "
+                         f"the operand's shape {types[0].shape}", op="clamp")
+    return TensorType(shape, dt)
+
+
+# clamp(x, lo, hi) = min(max(x, lo), hi), as torch.clamp
+_register(OpDef("clamp", "elementwise", 3, _infer_clamp,
+                lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), promote="all"))
 
 
 def _infer_cast(types, attrs):
@@ -225,19 +328,24 @@ def _norm_axis(op: str, axis, rank: int) -> int:
     return axis % rank
 
 
+def _reduced_type(name: str, types: list[TensorType], attrs: dict) -> TensorType:
+    """The type of reducing ``types[0]`` along ``attrs['axis']`` (keepdims by default)."""
+    t = types[0]
+    if t.dtype is DType.BOOL:
+        raise GraphError(f"{name}: cannot reduce a bool tensor", op=name)
+    axis = _norm_axis(name, attrs.get("axis", -1), len(t.shape))
+    keep = attrs.get("keepdims", True)
+    shape = list(t.shape)
+    if keep:
+        shape[axis] = 1
+    else:
+        del shape[axis]
+    return TensorType(tuple(shape), t.dtype)
+
+
 def _reduce(name: str, ref: Callable) -> None:
     def infer(types, attrs):
-        t = types[0]
-        if t.dtype is DType.BOOL:
-            raise GraphError(f"{name}: cannot reduce a bool tensor", op=name)
-        axis = _norm_axis(name, attrs.get("axis", -1), len(t.shape))
-        keep = attrs.get("keepdims", True)
-        shape = list(t.shape)
-        if keep:
-            shape[axis] = 1
-        else:
-            del shape[axis]
-        return TensorType(tuple(shape), t.dtype)
+        return _reduced_type(name, types, attrs)
 
     def reference(x, axis=-1, keepdims=True):
         return ref(x, axis=axis, keepdims=keepdims)
@@ -246,6 +354,21 @@ def _reduce(name: str, ref: Callable) -> None:
 
 _reduce("reduce_sum", np.sum)
 _reduce("reduce_max", np.max)
+_reduce("reduce_min", np.min)
+
+
+def _arg_reduce(name: str, ref: Callable) -> None:
+    """argmax / argmin along one axis: the int64 index of the first extreme element."""
+    def infer(types, attrs):
+        return TensorType(_reduced_type(name, types, attrs).shape, DType.INT64)
+
+    def reference(x, axis=-1, keepdims=True):
+        return ref(x, axis=axis, keepdims=keepdims).astype(np.int64)
+    _register(OpDef(name, "reduce", 1, infer, reference, attrs=("axis", "keepdims")))
+
+
+_arg_reduce("argmax", np.argmax)
+_arg_reduce("argmin", np.argmin)
 
 
 def _infer_matmul(types, attrs):
@@ -363,12 +486,185 @@ def _mean_decompose(g: "Graph", inputs, attrs):
 
 def _infer_mean(types, attrs):
     _float_only("reduce_mean", types[0].dtype)
-    return OPS["reduce_sum"].infer(types, attrs)
+    return _reduced_type("reduce_mean", types, attrs)
 
 
 _register(OpDef("reduce_mean", "composite", 1, _infer_mean,
                 lambda x, axis=-1, keepdims=True: np.mean(x, axis=axis, keepdims=keepdims),
                 _mean_decompose, attrs=("axis", "keepdims")))
+
+
+def _infer_var(types, attrs):
+    (t,) = types
+    _float_only("var", t.dtype)
+    out = _reduced_type("var", types, attrs)
+    corr = attrs.get("correction", 1)
+    if isinstance(corr, bool) or not isinstance(corr, int) or corr < 0:
+        raise GraphError(f"var: correction must be a non-negative int, got {corr!r}", op="var")
+    n = t.shape[attrs.get("axis", -1) % len(t.shape)]
+    if n - corr <= 0:
+        raise GraphError(f"var: correction {corr} leaves no degrees of freedom along an axis of "
+                         f"size {n}", op="var", hint="use correction=0 (population variance)")
+    return out
+
+
+def _var_decompose(g: "Graph", inputs, attrs):
+    (x,) = inputs
+    axis = attrs.get("axis", -1)
+    n = x.shape[axis % len(x.shape)]
+    mean = g.op("reduce_mean", x, axis=axis, keepdims=True)
+    d = g.op("sub", x, mean)
+    s = g.op("reduce_sum", g.op("mul", d, d), axis=axis, keepdims=attrs.get("keepdims", True))
+    return g.op("mul", s, g.constant(np.array(1.0 / (n - attrs.get("correction", 1)),
+                                              dtype=x.dtype.numpy), "inv_dof"))
+
+
+# variance along one axis with Bessel's correction (torch.var's ``correction``, default 1)
+_register(OpDef("var", "composite", 1, _infer_var,
+                lambda x, axis=-1, keepdims=True, correction=1:
+                    np.var(x, axis=axis, keepdims=keepdims, ddof=correction),
+                _var_decompose, attrs=("axis", "keepdims", "correction")))
+
+
+def _log_softmax_ref(x, axis=-1):
+    z = x - np.max(x, axis=axis, keepdims=True)
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+
+
+def _log_softmax_decompose(g: "Graph", inputs, attrs):
+    (x,) = inputs
+    axis = attrs.get("axis", -1)
+    z = g.op("sub", x, g.op("reduce_max", x, axis=axis, keepdims=True))
+    return g.op("sub", z, g.op("log", g.op("reduce_sum", g.op("exp", z), axis=axis, keepdims=True)))
+
+
+def _infer_log_softmax(types, attrs):
+    _float_only("log_softmax", types[0].dtype)
+    _norm_axis("log_softmax", attrs.get("axis", -1), len(types[0].shape))
+    return types[0]
+
+
+_register(OpDef("log_softmax", "composite", 1, _infer_log_softmax, _log_softmax_ref,
+                _log_softmax_decompose, attrs=("axis",)))
+
+
+def _int_tuple(op: str, name: str, value, rank: int) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or len(value) != rank or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in value):
+        raise GraphError(f"{op}: {name} must be a tuple of {rank} ints (one per dim), got {value!r}",
+                         op=op)
+    return tuple(value)
+
+
+def _infer_iota(types, attrs):
+    shape = attrs.get("shape")
+    if not isinstance(shape, (tuple, list)) or not shape or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise GraphError(f"iota: shape must be a non-empty tuple of positive ints, got {shape!r}",
+                         op="iota")
+    axis = _norm_axis("iota", attrs.get("axis", 0), len(shape))
+    dtype = DType.of(attrs.get("dtype", "int64"))
+    if dtype is DType.BOOL:
+        raise GraphError("iota: dtype must be numeric, got bool", op="iota")
+    if dtype in (DType.FLOAT16, DType.BFLOAT16) and shape[axis] > 256:
+        raise GraphError(f"iota: {dtype} cannot count to {shape[axis]} exactly (at most 256)", op="iota")
+    return TensorType(tuple(shape), dtype)
+
+
+def _iota_ref(shape, axis=0, dtype="int64"):
+    shape = tuple(shape)
+    ax = axis % len(shape)
+    r = np.arange(shape[ax]).reshape([-1 if d == ax else 1 for d in range(len(shape))])
+    dt = DType.of(dtype)
+    return np.broadcast_to(r, shape).astype(np.float64 if dt.is_float else dt.numpy)
+
+
+# the index along ``axis`` at every position of a tensor of ``shape`` (no operands)
+_register(OpDef("iota", "elementwise", 0, _infer_iota, _iota_ref, attrs=("shape", "axis", "dtype")))
+
+
+def slice_bounds(shape: tuple[int, ...], attrs: dict) -> list[tuple[int, int, int]]:
+    """Normalised (start, stop, step) per dim of a slice; negative start/stop count from the end."""
+    rank = len(shape)
+    start = _int_tuple("slice", "start", attrs.get("start", (0,) * rank), rank)
+    stop = _int_tuple("slice", "stop", attrs.get("stop", shape), rank)
+    step = _int_tuple("slice", "step", attrs.get("step", (1,) * rank), rank)
+    out = []
+    for d, (a, b, s, n) in enumerate(zip(start, stop, step, shape)):
+        if s <= 0:
+            raise GraphError(f"slice: step {s} in dim {d} must be positive", op="slice")
+        a2, b2 = a + n if a < 0 else a, b + n if b < 0 else b
+        if not 0 <= a2 < b2 <= n:
+            raise GraphError(f"slice: [{a}:{b}] in dim {d} is out of range or empty for size {n}",
+                             op="slice", hint=f"need -{n} <= start < stop <= {n} after counting "
+                                              "negatives from the end")
+        out.append((a2, b2, s))
+    return out
+
+
+def _infer_slice(types, attrs):
+    (t,) = types
+    bounds = slice_bounds(t.shape, attrs)
+    return TensorType(tuple(-(-(b - a) // s) for a, b, s in bounds), t.dtype)
+
+
+def _slice_ref(x, start=None, stop=None, step=None):
+    bounds = slice_bounds(x.shape, {"start": start or (0,) * x.ndim, "stop": stop or x.shape,
+                                    "step": step or (1,) * x.ndim})
+    return x[tuple(slice(a, b, s) for a, b, s in bounds)].copy()
+
+
+_register(OpDef("slice", "layout", 1, _infer_slice, _slice_ref, attrs=("start", "stop", "step")))
+
+
+def _infer_concat(types, attrs):
+    if not types:
+        raise GraphError("concat: needs at least one operand", op="concat")
+    first = types[0]
+    axis = _norm_axis("concat", attrs.get("axis", 0), len(first.shape))
+    dt = _same_dtype("concat", types)
+    for i, t in enumerate(types[1:], 1):
+        if len(t.shape) != len(first.shape) or any(a != b for d, (a, b) in enumerate(
+                zip(t.shape, first.shape)) if d != axis):
+            raise GraphError(f"concat: operand {i} has shape {t.shape}, operand 0 {first.shape}; "
+                             f"they must agree in every dim but axis {axis}", op="concat")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return TensorType(tuple(shape), dt)
+
+
+_register(OpDef("concat", "layout", -1, _infer_concat,
+                lambda *xs, axis=0: np.concatenate(xs, axis=axis), attrs=("axis",), promote="all"))
+
+
+def pad_widths(shape: tuple[int, ...], attrs: dict) -> list[tuple[int, int]]:
+    pads = attrs.get("pads")
+    if not isinstance(pads, (tuple, list)) or len(pads) != len(shape) or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 and all(
+                isinstance(q, int) and not isinstance(q, bool) for q in p) for p in pads):
+        raise GraphError(f"pad: pads must be one (before, after) pair of ints per dim "
+                         f"({len(shape)} pairs), got {pads!r}", op="pad")
+    for d, (lo, hi) in enumerate(pads):
+        if lo < 0 or hi < 0:
+            raise GraphError(f"pad: negative padding ({lo}, {hi}) in dim {d}; use slice to crop",
+                             op="pad")
+    return [tuple(p) for p in pads]
+
+
+def _infer_pad(types, attrs):
+    (t,) = types
+    value = attrs.get("value", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GraphError(f"pad: value must be a number, got {value!r}", op="pad")
+    if not t.dtype.is_float and value != int(value):
+        raise GraphError(f"pad: value {value} is not representable in {t.dtype}", op="pad")
+    return TensorType(tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pad_widths(t.shape, attrs))),
+                      t.dtype)
+
+
+_register(OpDef("pad", "layout", 1, _infer_pad,
+                lambda x, pads, value=0.0: np.pad(x, [tuple(p) for p in pads], constant_values=value),
+                attrs=("pads", "value")))
 
 
 def _infer_all_reduce(types, attrs):
@@ -428,15 +724,31 @@ class Graph:
         opdef = OPS.get(name)
         if opdef is None:
             raise GraphError(f"unknown op {name!r}; known ops: {', '.join(sorted(OPS))}", op=name)
-        if len(inputs) != opdef.arity:
+        if opdef.arity >= 0 and len(inputs) != opdef.arity:
             raise GraphError(f"{name} takes {opdef.arity} operand(s), got {len(inputs)}", op=name)
+        if opdef.arity < 0 and not inputs:
+            raise GraphError(f"{name} takes one or more operands, got none", op=name)
         unknown = set(attrs) - set(opdef.attrs)
         if unknown:
             raise GraphError(f"{name}: unknown attribute(s) {', '.join(sorted(unknown))}", op=name)
         for v in inputs:
             if not isinstance(v, Value):
                 raise GraphError(f"{name}: operands must be graph values, got {type(v).__name__}", op=name)
-        out_type = opdef.infer([v.type for v in inputs], attrs)
+        types = [v.type for v in inputs]
+        casts: dict[int, DType] = {}
+        idx = _promote_indices(opdef, len(inputs))
+        if idx:
+            common = promote_types(*(inputs[i].dtype for i in idx))
+            if opdef.promote_to_float and not common.is_float:
+                common = DType.FLOAT32
+            for i in idx:
+                if inputs[i].dtype is not common:
+                    casts[i] = common
+                    types[i] = TensorType(inputs[i].shape, common)
+        out_type = opdef.infer(types, attrs)      # checked before any cast is added
+        if casts:
+            inputs = tuple(self.op("cast", v, dtype=casts[i].value) if i in casts else v
+                           for i, v in enumerate(inputs))
         out = Value(out_type, self._fresh(f"v{len(self.nodes)}"))
         node = Node(name, tuple(inputs), (out,), dict(attrs))
         out.producer = node
@@ -536,3 +848,6 @@ def _to_f64(a: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f" or a.dtype == np.dtype(ml_dtypes.bfloat16):
         return a.astype(np.float64)
     return a
+
+
+from . import nn_ops  # noqa: E402,F401  (registers dot_general, convolution, gather, RNG, norms, attention)

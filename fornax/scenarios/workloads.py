@@ -75,6 +75,51 @@ def mlp_softmax(seed: int) -> tuple[Graph, dict]:
     return g, feeds
 
 
+def _rms_norm(g: Graph, x, gain, eps):
+    """RMSNorm from primitives: x * rsqrt(mean(x * x) + eps) * gain."""
+    ms = g.op("reduce_mean", g.op("mul", x, x), axis=-1, keepdims=True)
+    return g.op("mul", g.op("mul", x, g.op("rsqrt", g.op("add", ms, eps))), gain)
+
+
+def transformer_block(seed: int, seq: int = 64, d_model: int = 256, heads: int = 4,
+                      d_ff: int = 512, dtype: DType = DType.FLOAT32) -> tuple[Graph, dict]:
+    """A pre-norm transformer block: x + attn(rms(x)), then h + swiglu(rms(h)).
+
+    Attention runs on [heads, seq, head_dim] tensors (reshape + transpose of the
+    projections, scores = q @ k^T / sqrt(head_dim), softmax, @ v); the MLP is
+    SwiGLU: (silu(h @ W1) * (h @ W3)) @ W2, silu(a) = a * sigmoid(a)."""
+    rng = np.random.default_rng(seed)
+    np_dt = dtype.numpy
+    hd = d_model // heads
+    g = Graph("transformer-block")
+    x = g.input("x", (seq, d_model), dtype)
+    eps = g.constant(np.array(1e-5, np_dt), "eps")
+    w = {name: g.constant(_init(rng, shape, shape[0], np_dt), name) for name, shape in (
+        ("wq", (d_model, d_model)), ("wk", (d_model, d_model)), ("wv", (d_model, d_model)),
+        ("wo", (d_model, d_model)), ("w1", (d_model, d_ff)), ("w3", (d_model, d_ff)),
+        ("w2", (d_ff, d_model)))}
+    g1 = g.constant((1 + 0.1 * rng.standard_normal(d_model)).astype(np_dt), "norm1")
+    g2 = g.constant((1 + 0.1 * rng.standard_normal(d_model)).astype(np_dt), "norm2")
+    scale = g.constant(np.array(1 / np.sqrt(hd), np_dt), "scale")
+
+    def split_heads(v):                       # [seq, d] -> [heads, seq, hd]
+        return g.op("transpose", g.op("reshape", v, shape=(seq, heads, hd)), perm=(1, 0, 2))
+
+    h = _rms_norm(g, x, g1, eps)
+    q = split_heads(g.op("matmul", h, w["wq"]))
+    k = split_heads(g.op("matmul", h, w["wk"]))
+    v = split_heads(g.op("matmul", h, w["wv"]))
+    scores = g.op("mul", g.op("matmul", q, g.op("transpose", k, perm=(0, 2, 1))), scale)
+    attn = g.op("matmul", g.op("softmax", scores, axis=-1), v)                 # [heads, seq, hd]
+    merged = g.op("reshape", g.op("transpose", attn, perm=(1, 0, 2)), shape=(seq, d_model))
+    h1 = g.op("add", x, g.op("matmul", merged, w["wo"]))
+    n2 = _rms_norm(g, h1, g2, eps)
+    a = g.op("matmul", n2, w["w1"])
+    gate = g.op("mul", g.op("mul", a, g.op("sigmoid", a)), g.op("matmul", n2, w["w3"]))
+    g.output(g.op("add", h1, g.op("matmul", gate, w["w2"])), names=["y"])
+    return g, {"x": rng.standard_normal((seq, d_model)).astype(np_dt)}
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w for w in (
         Workload("mlp", "MLP 256-512-128: matmul + bias + relu + matmul + bias (float32)", mlp),
@@ -82,6 +127,8 @@ WORKLOADS: dict[str, Workload] = {
                  lambda seed: mlp(seed, dtype=DType.BFLOAT16)),
         Workload("softmax", "row softmax over 256 x 1000 logits (float32)", softmax),
         Workload("mlp-softmax", "the MLP with a softmax head (float32)", mlp_softmax),
+        Workload("transformer-block", "pre-norm transformer block: RMSNorm, 4-head attention, "
+                 "SwiGLU MLP, residuals; seq 64, d_model 256 (float32)", transformer_block),
         Workload("llama70b-step", "one training step (forward, loss, backward) of a Llama-2-70B-like "
                  "decoder, seq 4096, tensor-parallel over the stack's devices (shape-only)",
                  None, runner=lambda stack, seed: _llama_step(stack, seed), meta_only=True),

@@ -94,14 +94,24 @@ _UNARY = {
     "rsqrt": lambda x: 1 / np.sqrt(x),
     "recip": lambda x: 1 / x,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "sin": np.sin, "cos": np.cos,
+    "erf": lambda x: _erf(x), "floor": np.floor, "ceil": np.ceil, "round": np.round,
+    "sign": np.sign, "isnan": np.isnan,
 }
 _BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
     "max": np.maximum, "min": np.minimum, "pow": np.power, "floordiv": np.floor_divide,
     "mod": np.mod, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+    "bitand": np.bitwise_and, "bitor": np.bitwise_or, "xor": np.bitwise_xor,
+    "shl": np.left_shift, "shr": np.right_shift, "atan2": np.arctan2,
 }
-_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin}
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+    return erf(x)
 
 
 class _Run:
@@ -136,7 +146,9 @@ class _Run:
             elif t is isa.Unary:
                 x = regs[ins.src]
                 with np.errstate(all="ignore"):
-                    y = _UNARY[ins.fn](_compute_dtype(x)).astype(x.dtype, copy=False)
+                    y = _UNARY[ins.fn](_compute_dtype(x))
+                if y.dtype != np.bool_:
+                    y = y.astype(x.dtype, copy=False)
                 c.add_flops(c.vector_flops, _dtype_name(x), y.size * (len(ids) if y.shape[0] == 1 else 1))
                 regs[ins.dst] = y
             elif t is isa.Binary:
@@ -144,6 +156,8 @@ class _Run:
                 if a.dtype != b.dtype:
                     self.fail(ins, f"operand dtypes differ ({_dtype_name(a)} vs {_dtype_name(b)}); "
                                    "insert a convert")
+                if ins.fn in isa.BITWISE and a.dtype.kind not in "iu":
+                    self.fail(ins, f"bit operation {ins.fn} needs integer tiles, got {_dtype_name(a)}")
                 try:
                     with np.errstate(all="ignore"):
                         y = _BINARY[ins.fn](_compute_dtype(a), _compute_dtype(b))
@@ -178,7 +192,8 @@ class _Run:
                 if not -x.ndim + 1 <= ins.axis < x.ndim - 1:
                     self.fail(ins, f"axis {ins.axis} out of range for tile {x.shape[1:]}")
                 axis = ins.axis + 1 if ins.axis >= 0 else ins.axis
-                y = _REDUCE[ins.fn](_compute_dtype(x), axis=axis, keepdims=True).astype(x.dtype)
+                y = _REDUCE[ins.fn](_compute_dtype(x), axis=axis, keepdims=True)
+                y = y.astype(np.int64 if ins.fn in isa.ARG_REDUCE else x.dtype)
                 c.add_flops(c.vector_flops, _dtype_name(x), x.size)
                 regs[ins.dst] = y
             elif t is isa.Load:

@@ -9,8 +9,8 @@ when it is the same for every instance).
 Vendor binaries carry a program in their own container; the driver's loader
 decodes the container back into a :class:`Program`.  Two encodings of a
 program are defined here, once: a compact JSON form and a readable assembly
-text (which the PTX-like virtual ISA uses, and which :func:`disassemble`
-prints).  Both decode through :func:`verify`.
+text (the dialect-neutral listing :func:`disassemble` prints; the vendor
+families print their own dialects through ``fornax.layers.dialect``).  Both decode through :func:`verify`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,21 @@ DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 
-UNARY = ("neg", "exp", "log", "relu", "tanh", "sqrt", "rsqrt", "abs", "sigmoid", "recip", "not")
+UNARY = ("neg", "exp", "log", "relu", "tanh", "sqrt", "rsqrt", "abs", "sigmoid", "recip", "not",
+         "erf", "floor", "ceil", "round", "sign", "isnan")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "floordiv", "mod",
-          "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+          "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "atan2")
+#: unary / binary functions whose result is bool whatever the operand dtype
+BOOL_RESULT = ("not", "isnan", "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 REDUCE = ("sum", "max", "min")
+#: reductions that give the int64 index (along the axis) of the first extreme element
+ARG_REDUCE = ("argmax", "argmin")
+#: integer bit operations (counter-based RNG, hashing): on integer tiles only
+BITWISE = ("bitand", "bitor", "xor", "shl", "shr")
+#: trigonometric functions (Box-Muller normals)
+TRIG = ("sin", "cos")
+UNARY = UNARY + TRIG
+BINARY = BINARY + BITWISE
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -292,7 +303,7 @@ def _verify(program: Program) -> Program:
                 raise InvalidProgram(f"{loc}: unknown unary function {ins.fn!r}")
             if isinstance(ins, Binary) and ins.fn not in BINARY:
                 raise InvalidProgram(f"{loc}: unknown binary function {ins.fn!r}")
-            if isinstance(ins, Reduce) and ins.fn not in REDUCE:
+            if isinstance(ins, Reduce) and ins.fn not in REDUCE + ARG_REDUCE:
                 raise InvalidProgram(f"{loc}: unknown reduction {ins.fn!r}")
             if isinstance(ins, (Const, Convert)):
                 np_dtype(ins.dtype)

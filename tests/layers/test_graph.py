@@ -70,7 +70,12 @@ def test_graph_errors():
     i = g.input("i", (4, 3), DType.INT32)
     e = _err(lambda: g.op("add", a, b), "add", "(4, 3)", "(5,)", "do not broadcast")
     assert e.op == "add"
-    _err(lambda: g.op("mul", a, h), "mul", "float16", "float32", "dtypes differ")
+    assert g.op("mul", a, h).dtype is F32          # promotion: the builder casts h to float32
+    assert g.nodes[-2].op == "cast" and g.nodes[-2].inputs[0] is h
+    bad = Value(TensorType((4, 3), F32), "bad")
+    g.nodes.append(Node("mul", (a, h), (bad,)))     # a hand-built node without the cast
+    _err(g.verify, "mul", "float16", "float32", "dtypes differ")
+    del g.nodes[-3:]
     _err(lambda: g.op("matmul", a, g.input("w", (4, 2), F32)), "contracting", "3 != 4")
     _err(lambda: g.op("matmul", g.input("p", (2, 4, 3), F32), g.input("q", (5, 3, 2), F32)),
          "batch dims differ")
@@ -256,4 +261,13 @@ def test_every_op_has_a_reference_test():
                                                    "matmul", "softmax"}
     # layout ops and reduce_mean: tests/layers/test_layout_ops.py; all_reduce: tests/test_meta.py
     covered |= {"transpose", "reshape", "broadcast_to", "reduce_mean", "all_reduce"}
+    # tests/layers/test_ops_elementwise.py and tests/layers/test_ops_layout.py
+    covered |= {"erf", "sin", "cos", "floor", "ceil", "round", "sign", "reciprocal", "logical_not",
+                "isnan", "gelu", "silu", "le", "ge", "ne", "pow", "atan2", "floor_divide", "remainder",
+                "logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "clamp",
+                "reduce_min", "argmax", "argmin", "var", "log_softmax", "iota", "slice", "concat", "pad"}
+    # tests/layers/test_ops_nn.py and tests/layers/test_rng.py
+    covered |= {"dot_general", "convolution", "conv_transpose", "im2col", "gather", "index_select",
+                "scatter", "random_bits", "random_uniform", "random_normal", "layer_norm", "rms_norm",
+                "attention"}
     assert covered == set(OPS)

@@ -196,8 +196,8 @@ def test_loop_variable_is_defined_inside_only():
 
 def test_verify_rejects_unknown_functions():
     _rejects(_with_body(Arange("%a", 4), Unary("%b", "cosh", "%a")), "unknown unary function", "cosh")
-    _rejects(_with_body(Arange("%a", 4), Binary("%b", "xor", "%a", "%a")),
-             "unknown binary function", "xor")
+    _rejects(_with_body(Arange("%a", 4), Binary("%b", "nand", "%a", "%a")),
+             "unknown binary function", "nand")
     _rejects(_with_body(Arange("%a", 4), Reduce("%b", "prod", "%a", 0)), "unknown reduction", "prod")
 
 

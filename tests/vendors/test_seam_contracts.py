@@ -290,10 +290,10 @@ def test_cuda_like_ptx_text_that_does_not_assemble_is_invalid_ptx():
     ctx = drv.create_context(0)
     binary = compile_small("cuda-like", drv, "ptx-like").binary
     text = binary.data.decode()
-    assert "program_id" in text
-    for bad in (text.replace("program_id", "program_xx", 1),     # unknown instruction
-                text.replace(".end", "", 1),                       # unterminated kernel
-                text.replace("ptr float32", "ptr float99", 1)):    # unknown dtype
+    assert "%ctaid.x" in text and text.rstrip().endswith("}")
+    for bad in (text.replace("%ctaid.x", "%ctaxx.x", 1),         # unknown instruction
+                text.rstrip()[:-1],                                # unterminated kernel
+                text.replace(".global .f32", ".global .f99", 1)):  # unknown dtype
         with pytest.raises(BinaryError) as exc:
             drv.load_module(ctx, replace(binary, data=bad.encode()))
         assert_code(exc.value, "cuda-like", "CUDA_ERROR_INVALID_PTX", 218)

@@ -4,22 +4,30 @@ or a fatbin-like bundle of both (cubin-like images for several archs plus PTX-li
 from __future__ import annotations
 
 from ...layers.binary import (ContainerError, KernelBinary, pack_container, pack_programs,
-                              pack_records, unpack_container, unpack_records)
+                              pack_records, unpack_container, unpack_programs, unpack_records)
 from ...layers.compiler import CompilerBase
+from ...layers.dialect import Dialect
 from ...layers.driver import arch_number
 from ...sim import isa
 from . import FACTS
 
 CUBIN_MAGIC = b"\x7fELF"
 FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")
+#: the PTX-like dialect ([compiler.dialect] in vendor.toml), printed and read by layers/dialect.py
+DIALECT = Dialect.from_facts(FACTS["compiler"])
 
 
 def ptx_image(programs: list[isa.Program], arch: str, producer: str) -> KernelBinary:
     """PTX-like text for the virtual arch ``compute_XY`` (any sm_XY or compute_XY names XY)."""
     virtual = f"compute_{arch_number(arch)}"
-    head = [f".version {FACTS['compiler']['ptx_version']}", f".target {virtual}", ".address_size 64", ""]
-    text = "\n".join(head) + "\n".join(isa.disassemble(p) for p in programs)
+    text = DIALECT.render_module(programs, {"target": virtual})
     return KernelBinary("ptx-like", virtual, tuple(p.name for p in programs), text.encode(), producer)
+
+
+def ptx_kernels(text: str) -> dict[str, isa.Program]:
+    """The JIT: PTX-like text -> verified machine programs by name."""
+    _, programs = DIALECT.parse_module(text)
+    return {p.name: p for p in programs}
 
 
 def cubin_image(programs: list[isa.Program], arch: str, producer: str) -> KernelBinary:
@@ -62,7 +70,33 @@ def unpack_fatbin(binary: KernelBinary) -> list[KernelBinary]:
 ENCODERS = {"ptx-like": ptx_image, "cubin-like": cubin_image, "fatbin-like": fatbin_image}
 
 
+def disassemble(binary: KernelBinary) -> str:
+    """The PTX-like text of a cuda-like image: the PTX itself, or a cubin's kernels with its
+    ``sm_XY`` as the target; a fat bundle lists each image in turn."""
+    if binary.format == "ptx-like":
+        return binary.data.decode()
+    if binary.format == "fatbin-like":
+        return "".join(f"{DIALECT.comment} {i.format} {i.target}\n{disassemble(i)}"
+                       for i in unpack_fatbin(binary))
+    header, kernels = unpack_programs(CUBIN_MAGIC, binary.data)
+    return DIALECT.render_module(list(kernels.values()), {"target": header.get("arch", binary.target)})
+
+
+def assemble(text: str, fmt: str = "ptx-like", producer: str = "") -> KernelBinary:
+    """Inverse of :func:`disassemble` for ``ptx-like`` and ``cubin-like``."""
+    fields, programs = DIALECT.parse_module(text)
+    if fmt == "ptx-like":
+        return ptx_image(programs, fields["target"], producer)
+    if fmt == "cubin-like":
+        return cubin_image(programs, fields["target"], producer)
+    raise ValueError(f"cuda-like text assembles into ptx-like or cubin-like, not {fmt}")
+
+
 class CudaLikeCompiler(CompilerBase):
     vendor = "cuda-like"
     facts = FACTS
     encoders = ENCODERS
+    dialect = DIALECT
+
+    def disassemble(self, binary: KernelBinary) -> str:
+        return disassemble(binary)

@@ -9,7 +9,7 @@ from ...sim import isa
 from ...sim.device import Device
 from ...sim.timeline import Packet
 from . import FACTS
-from .compiler import CUBIN_MAGIC, unpack_fatbin
+from .compiler import CUBIN_MAGIC, ptx_kernels, unpack_fatbin
 
 
 class Stream(QueueBase):
@@ -21,27 +21,6 @@ class Stream(QueueBase):
         self.hwq.submit(packet)
 
 
-def _ptx_kernels(text: str) -> dict[str, isa.Program]:
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith(".version"):
-        raise ContainerError("PTX-like text must start with a .version directive")
-    kernels, block = {}, None
-    for line in lines:
-        if line.startswith(".kernel"):
-            block = [line]
-        elif block is not None:
-            block.append(line)
-            if line.strip() == ".end":
-                program = isa.assemble("\n".join(block))     # the JIT: text -> machine program
-                kernels[program.name] = program
-                block = None
-    if block is not None:
-        raise ContainerError("PTX-like text ends inside a kernel (no .end)")
-    if not kernels:
-        raise ContainerError("PTX-like text defines no kernels")
-    return kernels
-
-
 class CudaLikeDriver(DriverBase):
     vendor = "cuda-like"
     facts = FACTS
@@ -49,7 +28,7 @@ class CudaLikeDriver(DriverBase):
 
     def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
         if binary.format == "ptx-like":
-            return _ptx_kernels(binary.data.decode())
+            return ptx_kernels(binary.data.decode())    # the JIT: PTX-like text -> programs
         header, kernels = unpack_programs(CUBIN_MAGIC, binary.data)
         if header.get("arch") != binary.target:
             raise ContainerError(f"cubin-like header says {header.get('arch')}, tag says {binary.target}")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_programs
+from ...layers.binary import KernelBinary, pack_programs, unpack_programs
 from ...layers.compiler import CompilerBase
+from ...layers.dialect import Dialect
 from ...sim import isa
 from . import FACTS
 
@@ -23,9 +24,31 @@ def hsaco_image(programs: list[isa.Program], target: str, producer: str) -> Kern
 
 
 ENCODERS = {"hsaco-like": hsaco_image}
+#: the AMDGCN-like listing ([compiler.dialect] in vendor.toml), printed and read by layers/dialect.py
+DIALECT = Dialect.from_facts(FACTS["compiler"])
+_TRIPLE_PREFIX = "amdgcn-amd-amdhsa--"
+
+
+def disassemble(binary: KernelBinary) -> str:
+    """The AMDGCN-like listing of an hsaco-like code object (its full target id in the prelude)."""
+    header, kernels = unpack_programs(HSACO_MAGIC, binary.data)
+    return DIALECT.render_module(list(kernels.values()), {"target": header.get("target", "")})
+
+
+def assemble(text: str, fmt: str = "hsaco-like", producer: str = "") -> KernelBinary:
+    """Inverse of :func:`disassemble`: the listing back into an hsaco-like code object."""
+    if fmt != "hsaco-like":
+        raise ValueError(f"rocm-like text assembles into hsaco-like, not {fmt}")
+    fields, programs = DIALECT.parse_module(text)
+    target = fields["target"].removeprefix(_TRIPLE_PREFIX).split(":")[0]
+    return hsaco_image(programs, target, producer)
 
 
 class RocmLikeCompiler(CompilerBase):
     vendor = "rocm-like"
     facts = FACTS
     encoders = ENCODERS
+    dialect = DIALECT
+
+    def disassemble(self, binary: KernelBinary) -> str:
+        return disassemble(binary)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_programs
+from ...layers.binary import KernelBinary, pack_programs, unpack_programs
 from ...layers.compiler import CompilerBase
+from ...layers.dialect import Dialect
 from ...sim import isa
 from . import FACTS
 
@@ -27,9 +28,32 @@ def zebin_image(programs: list[isa.Program], target: str, producer: str) -> Kern
 
 
 ENCODERS = {"spirv-like": spirv_image, "zebin-like": zebin_image}
+#: the SPIR-V-like disassembly ([compiler.dialect] in vendor.toml), printed and read by layers/dialect.py
+DIALECT = Dialect.from_facts(FACTS["compiler"])
+
+
+def disassemble(binary: KernelBinary) -> str:
+    """The SPIR-V-like text of a spirv-like module (target ``spirv64``) or a zebin-like object
+    (target: its device)."""
+    magic = SPIRV_MAGIC if binary.format == "spirv-like" else ZEBIN_MAGIC
+    header, kernels = unpack_programs(magic, binary.data)
+    target = IL_TARGET if binary.format == "spirv-like" else header.get("device", binary.target)
+    return DIALECT.render_module(list(kernels.values()), {"target": target})
+
+
+def assemble(text: str, fmt: str = "spirv-like", producer: str = "") -> KernelBinary:
+    """Inverse of :func:`disassemble`: the text back into a spirv-like or zebin-like binary."""
+    if fmt not in ENCODERS:
+        raise ValueError(f"xpu-like text assembles into {' or '.join(ENCODERS)}, not {fmt}")
+    fields, programs = DIALECT.parse_module(text)
+    return ENCODERS[fmt](programs, fields["target"], producer)
 
 
 class XpuLikeCompiler(CompilerBase):
     vendor = "xpu-like"
     facts = FACTS
     encoders = ENCODERS
+    dialect = DIALECT
+
+    def disassemble(self, binary: KernelBinary) -> str:
+        return disassemble(binary)

@@ -1,0 +1,217 @@
+"""Cross-family binary translation: one family's kernels made loadable by another's driver.
+
+Real stacks run one vendor's binaries on another's GPUs by translating them
+(a ZLUDA-like PTX -> native ISA path, a chipStar-like SPIR-V path).  Here a
+translation path is **data**: the family whose driver accepts translated
+binaries declares it in its ``vendor.toml``::
+
+    [[translators]]                 # binaries this family's driver takes after translation
+    name = "ptx2spirv-like"
+    from = "ptx-like"               # a format another family's compiler emits
+    to = "spirv-like"               # a format this family's driver loads
+    cost_s = 5.0e-3                 # simulated fixed cost per translated module
+    cost_s_per_kib = 0.5e-3         # simulated cost per KiB of source binary
+
+A :class:`Translator` decodes the source container into tile-ISA programs
+with the *source* family's decoder and re-encodes them with the
+*destination* family's encoder.  This module imports no vendor: the codecs
+are handed in (the stack wires them at compose time), and
+:class:`TranslatingCompiler` puts the translator between a compiler's output
+and the driver's load, counting translations, bytes and simulated cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from ..sim.isa import InvalidProgram, Program
+from .binary import ContainerError, KernelBinary
+from .compiler import CompiledGraph, Target
+from .errors import BinaryError, ConfigError, FornaxError
+
+#: decoder: a source-format binary -> its kernels by name (raises ContainerError/InvalidProgram)
+Decoder = Callable[[KernelBinary], dict[str, Program]]
+#: encoder: (programs, target, producer) -> a destination-format binary
+Encoder = Callable[[list[Program], str, str], KernelBinary]
+
+_PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib"}
+
+
+@dataclass(frozen=True)
+class TranslationPath:
+    """One declared translation: ``from_format`` -> ``to_format``, offered by ``vendor``."""
+
+    name: str
+    from_format: str
+    to_format: str
+    vendor: str                    # the family that declared it (its driver loads ``to_format``)
+    cost_s: float = 0.0
+    cost_s_per_kib: float = 0.0
+
+    def cost(self, nbytes: int) -> float:
+        """Simulated translation time for a source binary of ``nbytes``."""
+        return self.cost_s + self.cost_s_per_kib * nbytes / 1024
+
+
+def translation_paths(facts: dict, vendor: str) -> list[TranslationPath]:
+    """The ``[[translators]]`` a family declares, checked key by key."""
+    raw = facts.get("translators", [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"{vendor} vendor.toml: translators must be an array of tables "
+                          "([[translators]])", vendor=vendor)
+    out = []
+    for i, t in enumerate(raw):
+        where = f"{vendor} vendor.toml: translators[{i}]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{where} is not a table", vendor=vendor)
+        unknown = sorted(set(t) - _PATH_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: "
+                              f"{', '.join(sorted(_PATH_KEYS))}", vendor=vendor)
+        for key in ("from", "to"):
+            if not isinstance(t.get(key), str) or not t[key]:
+                raise ConfigError(f"{where}: {key} must be a format name", vendor=vendor)
+        costs = {}
+        for key in ("cost_s", "cost_s_per_kib"):
+            v = t.get(key, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"{where}: {key} must be a non-negative number, got {v!r}",
+                                  vendor=vendor)
+            costs[key] = float(v)
+        name = t.get("name", f"{t['from']}->{t['to']}")
+        out.append(TranslationPath(str(name), t["from"], t["to"], vendor, **costs))
+    return out
+
+
+def find_path(paths: list[TranslationPath], emits: tuple[str, ...],
+              loadable: tuple[str, ...]) -> TranslationPath | None:
+    """The first path (in the compiler's format preference order) from an emitted format to a
+    loadable one."""
+    for fmt in emits:
+        for p in paths:
+            if p.from_format == fmt and p.to_format in loadable:
+                return p
+    return None
+
+
+class Translator:
+    """Decode a ``from_format`` binary and re-encode its kernels as ``to_format``."""
+
+    def __init__(self, path: TranslationPath, decode: Decoder, encode: Encoder):
+        self.path = path
+        self.decode = decode
+        self.encode = encode
+        self._done: dict[tuple[str, str], KernelBinary] = {}
+        self.counts = {"translations": 0, "reused": 0, "bytes_in": 0, "bytes_out": 0, "kernels": 0}
+        self.simulated_s = 0.0
+
+    @property
+    def from_format(self) -> str:
+        return self.path.from_format
+
+    @property
+    def to_format(self) -> str:
+        return self.path.to_format
+
+    def _error(self, message: str, hint: str | None = None) -> BinaryError:
+        return BinaryError(message, seam="compiler", vendor=self.path.vendor,
+                           op=f"translate {self.from_format} -> {self.to_format}", hint=hint)
+
+    def translate(self, binary: KernelBinary, target: str) -> KernelBinary:
+        """The kernels of ``binary`` as a ``to_format`` binary for ``target``.
+
+        A binary translated before (same digest, same target) is reused, as a
+        translation cache would; only new translations count and cost."""
+        if not isinstance(binary, KernelBinary):
+            raise self._error(f"expected a KernelBinary, got {type(binary).__name__}")
+        if binary.format != self.from_format:
+            raise self._error(f"cannot translate a {binary.format} binary; this path takes "
+                              f"{self.from_format}", hint="compose a compiler that emits "
+                              f"{self.from_format}")
+        key = (binary.digest, target)
+        if key in self._done:
+            self.counts["reused"] += 1
+            return self._done[key]
+        try:
+            kernels = self.decode(binary)
+        except (ContainerError, InvalidProgram, UnicodeDecodeError, ValueError) as exc:
+            raise self._error(f"{binary.format} binary for {binary.target} cannot be decoded: {exc}",
+                              hint="the binary is corrupt or was not produced for this format") from None
+        missing = [e for e in binary.entry_points if e not in kernels]
+        if missing:
+            raise self._error(f"{binary.format} binary names entry point(s) {', '.join(missing)} "
+                              "that it does not define")
+        order = list(binary.entry_points) + [n for n in kernels if n not in binary.entry_points]
+        producer = f"{binary.producer} via {self.path.name}" if binary.producer else self.path.name
+        try:
+            out = self.encode([kernels[n] for n in order], target, producer)
+        except FornaxError:
+            raise
+        except (ContainerError, InvalidProgram, ValueError, KeyError) as exc:
+            raise self._error(f"cannot encode the kernels as {self.to_format} for {target}: {exc}") from None
+        if out.format != self.to_format:
+            raise self._error(f"the {self.to_format} encoder produced a {out.format} binary")
+        cost = self.path.cost(len(binary.data))
+        out = dataclasses.replace(out, metadata={**out.metadata, "translated_from":
+                                                 f"{binary.format}:{binary.target}",
+                                                 "translator": self.path.name,
+                                                 "translate_s": cost})
+        self.counts["translations"] += 1
+        self.counts["bytes_in"] += len(binary.data)
+        self.counts["bytes_out"] += len(out.data)
+        self.counts["kernels"] += len(order)
+        self.simulated_s += cost
+        self._done[key] = out
+        return out
+
+    def report(self) -> dict:
+        p = self.path
+        return {"name": p.name, "from": p.from_format, "to": p.to_format, "declared_by": p.vendor,
+                "cost_s": p.cost_s, "cost_s_per_kib": p.cost_s_per_kib, **self.counts,
+                "simulated_s": self.simulated_s}
+
+
+class TranslatingCompiler:
+    """A compiler whose output goes through a :class:`Translator` before the driver sees it.
+
+    It compiles for ``source_arch`` in the translator's source format (what
+    the inner compiler can emit) and hands back plans whose binary is in the
+    destination format for the device the driver names.  Everything else
+    (counters, cache, options) is the inner compiler's."""
+
+    def __init__(self, inner, translator: Translator, source_arch: str):
+        self.inner = inner
+        self.translator = translator
+        self.source_arch = source_arch
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def vendor(self) -> str:
+        return self.inner.vendor
+
+    def output_formats(self) -> tuple[str, ...]:
+        return (self.translator.to_format,)
+
+    def source_target(self, target: Target) -> Target:
+        return Target(self.source_arch, self.translator.from_format, target.compute_units)
+
+    def compile(self, graph, target: Target, *args, **kwargs) -> CompiledGraph:
+        plan = self.inner.compile(graph, self.source_target(target), *args, **kwargs)
+        if plan.binary is None:
+            return plan
+        src = plan.binary
+        binary = self.translator.translate(src, target.arch)
+        return dataclasses.replace(plan, target=target, binary=binary, log=list(plan.log) + [
+            f"translate: {src.format}:{src.target} -> {binary.format}:{binary.target} by "
+            f"{self.translator.path.name} ({len(src.data)} -> {len(binary.data)} bytes)"])
+
+    def report(self) -> dict:
+        rep = dict(self.inner.report())
+        rep["translator"] = self.translator.report()
+        return rep
