@@ -18,7 +18,7 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import calibration, shape_only
+from . import calibration, compile_times, shape_only
 
 REPEATS = 5
 
@@ -78,6 +78,7 @@ def main() -> None:
                       f"{statistics.median(device_times) * 1e6:.1f} µs")
     console.print(table)
     calibration.main()
+    compile_times.main()
     shape_only.main()
 
 
