@@ -18,7 +18,7 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import calibration, compile_times, shape_only
+from . import calibration, collectives, compile_times, gemm_sweep, shape_only
 
 REPEATS = 5
 
@@ -80,6 +80,8 @@ def main() -> None:
     calibration.main()
     compile_times.main()
     shape_only.main()
+    gemm_sweep.main()
+    collectives.main()
 
 
 if __name__ == "__main__":

@@ -228,6 +228,10 @@ class Stack:
     def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
         return self.framework.run(graph, feeds)
 
+    def communicator(self, devices=None, timeout_s: float | None = None):
+        """The library's communicator over ``devices`` (default: all of the stack's)."""
+        return self.library.communicator(devices, timeout_s)
+
 
 def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler, emits: tuple[str, ...],
                 loadable: tuple[str, ...]) -> TranslatingCompiler | None:

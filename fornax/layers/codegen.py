@@ -427,8 +427,13 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
 def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | str, batch: int,
                 b_batched: bool, tile: tuple[int, int, int], group_size: int,
                 epilogue: list[Node] | None = None, product: Value | None = None,
-                extra_inputs: list[Value] | None = None, outputs: list[Value] | None = None):
-    """Tiled GEMM ``C[b] = A[b] @ B[b]`` with an optional fused elementwise epilogue.
+                extra_inputs: list[Value] | None = None, outputs: list[Value] | None = None,
+                trans_a: bool = False, trans_b: bool = False):
+    """Tiled GEMM ``C[b] = op(A[b]) @ op(B[b])`` with an optional fused elementwise epilogue.
+
+    ``trans_a`` / ``trans_b``: the operand is stored transposed (A as k x m, B as
+    n x k, row-major) and read through transposed offsets, so the tile the matrix
+    unit sees is the same and nothing is copied.
 
     ``m``, ``n``, ``k`` are either sizes baked into the kernel (a compiler's
     specialised kernel) or the names of scalar parameters (a library's
@@ -480,9 +485,15 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
     kvar = "%k"
     ka = kb.binary("add", rk_row, kvar)
     kbv = kb.binary("add", rk_col, kvar)
-    a_off = kb.iadd(a_base, kb.binary("add", scale(rm, k, k_r), ka))
+    if trans_a:   # A stored k x m: element (i, kk) at kk*m + i
+        a_off = kb.iadd(a_base, kb.binary("add", scale(ka, m, m_r), rm))
+    else:
+        a_off = kb.iadd(a_base, kb.binary("add", scale(rm, k, k_r), ka))
     a_mask = kb.binary("and", mask_m, kb.binary("lt", ka, k_r))
-    b_off = kb.iadd(b_base, kb.binary("add", scale(kbv, n, n_r), rn))
+    if trans_b:   # B stored n x k: element (kk, j) at j*k + kk
+        b_off = kb.iadd(b_base, kb.binary("add", scale(rn, k, k_r), kbv))
+    else:
+        b_off = kb.iadd(b_base, kb.binary("add", scale(kbv, n, n_r), rn))
     b_mask = kb.binary("and", kb.binary("lt", kbv, k_r), mask_n)
     ta = kb.emit(isa.Load(kb.reg(), pa, a_off, a_mask))
     tb = kb.emit(isa.Load(kb.reg(), pb, b_off, b_mask))

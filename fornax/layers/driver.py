@@ -274,6 +274,10 @@ class DriverBase:
         self._device(index, "device_get")
         return tuple(self.formats)
 
+    def device_spec(self, index: int):
+        """The device's chip spec (what a library's autotuner prices candidate kernels with)."""
+        return self._device(index, "device_get").spec
+
     # -- contexts and memory ----------------------------------------------
     def create_context(self, index: int) -> Context:
         dev = self._device(index, "create_context")
@@ -955,7 +959,8 @@ class QueueBase:
 
         def work() -> float:
             duration = device.peer_copy_duration(nbytes, b)     # first: a fault stops the copy
-            dst_space.write(int(dst), src_space.read(int(src), nbytes))
+            if not device.meta:                                 # shape-only: priced, no bytes move
+                dst_space.write(int(dst), src_space.read(int(src), nbytes))
             device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
                                      writes=[(int(dst), int(dst) + nbytes, "dst")],
                                      bytes=nbytes, direction=f"peer {a}->{b}")

@@ -109,13 +109,29 @@ class Device:
         return self.topology.peer_copy_time(nbytes, self.index, dst_index)
 
 
+def _per_output(c: Counters, est: dict, outputs: int) -> None:
+    """Work a shape-generic kernel does per output element (``per_output``: vector FLOPs per
+    dtype, bytes read, and bytes written, which replace the counted writes), times ``outputs``;
+    plus ``bytes_read_per_instance`` (a uniform load each program instance makes)."""
+    per = est.get("per_output")
+    if not per:
+        return
+    for dt, f in per.get("vector_flops", {}).items():
+        c.add_flops(c.vector_flops, dt, float(f) * outputs)
+    c.bytes_read += int(float(per.get("bytes_read", 0)) * outputs)
+    c.bytes_read += int(per.get("bytes_read_per_instance", 0)) * c.instances
+    if "bytes_written" in per:
+        c.bytes_written = int(float(per["bytes_written"]) * outputs)
+
+
 def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) -> Counters:
     """The counters a kernel's attached estimate predicts for this launch (shape-only mode).
 
     ``kind = "counters"``: counts fixed at code generation (footprints relative
     to each pointer argument); ``kind = "gemm"``: a tiled GEMM priced by
     :func:`~fornax.sim.cost.gemm_counters`, its sizes either baked in or
-    named scalar arguments, plus any fused epilogue's work.
+    named scalar arguments, plus any fused epilogue's work; ``kind = "outputs"``: a
+    shape-generic elementwise pass over ``grid[2] x m x n`` outputs (``per_output`` work).
     """
     est = program.meta.get("estimate")
     if not isinstance(est, dict):
@@ -135,6 +151,10 @@ def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) 
                 c.add_flops(c.vector_flops, dt, f)
             c.bytes_read += int(epi["bytes_read"])
             c.bytes_written = int(epi["bytes_written"])
+        _per_output(c, est, batch * size(est["m"]) * size(est["n"]))
+    elif est.get("kind") == "outputs":
+        c = Counters(instances=grid[0] * grid[1] * grid[2])
+        _per_output(c, est, grid[2] * size(est["m"]) * size(est["n"]))
     else:
         c = Counters(instances=int(est["instances"]), matrix_flops=dict(est["matrix_flops"]),
                      vector_flops=dict(est["vector_flops"]), bytes_read=int(est["bytes_read"]),

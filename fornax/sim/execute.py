@@ -97,6 +97,7 @@ _UNARY = {
     "sin": np.sin, "cos": np.cos,
     "erf": lambda x: _erf(x), "floor": np.floor, "ceil": np.ceil, "round": np.round,
     "sign": np.sign, "isnan": np.isnan,
+    "tf32": lambda x: _round_tf32(x),
 }
 _BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
@@ -107,6 +108,13 @@ _BINARY = {
     "shl": np.left_shift, "shr": np.right_shift, "atan2": np.arctan2,
 }
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin}
+
+
+def _round_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 (10 mantissa bits; nearest, ties away from zero), kept in float32."""
+    x = np.asarray(x, np.float32)
+    bits = (x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    return np.where(np.isnan(x), x, bits.view(np.float32))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -123,6 +131,7 @@ class _Run:
         self.regs: dict[str, np.ndarray] = {}
         self.pending: dict[tuple[str, str], list] = {}     # store_reduce contributions
         self.ptr_dtype = {p.name: isa.np_dtype(p.dtype) for p in program.params if p.kind == "ptr"}
+        self.tf32: set[str] = set()     # registers holding TF32-rounded tiles (the TF32 matrix path)
 
     def fail(self, ins, msg: str):
         raise ExecutionError(f"kernel {self.program.name!r}, {ins.op}: {msg}")
@@ -151,6 +160,8 @@ class _Run:
                     y = y.astype(x.dtype, copy=False)
                 c.add_flops(c.vector_flops, _dtype_name(x), y.size * (len(ids) if y.shape[0] == 1 else 1))
                 regs[ins.dst] = y
+                if ins.fn == "tf32":
+                    self.tf32.add(ins.dst)
             elif t is isa.Binary:
                 a, b = _align(regs[ins.a], regs[ins.b])
                 if a.dtype != b.dtype:
@@ -306,7 +317,8 @@ class _Run:
             self.fail(ins, f"accumulator tile {acc.shape[1:]} does not match product {prod.shape[1:]}")
         self.regs[ins.dst] = (acc.astype(acc_dt) + prod).astype(acc_dt)
         m, k, nn = a.shape[1], a.shape[2], b.shape[2]
-        self.c.add_flops(self.c.matrix_flops, _dtype_name(a), 2.0 * m * nn * k * n)
+        path = "tfloat32" if ins.a in self.tf32 and ins.b in self.tf32 else _dtype_name(a)
+        self.c.add_flops(self.c.matrix_flops, path, 2.0 * m * nn * k * n)
 
 
 def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,

@@ -50,6 +50,10 @@ BITWISE = ("bitand", "bitor", "xor", "shl", "shr")
 #: trigonometric functions (Box-Muller normals)
 TRIG = ("sin", "cos")
 UNARY = UNARY + TRIG
+#: ``tf32``: round a float32 tile to TF32 (10-bit mantissa, nearest, ties away from zero, as
+#: ``cvt.rna.tf32.f32``); a ``dot`` whose operands both come from it runs the TF32 matrix path
+TF32 = ("tf32",)
+UNARY = UNARY + TF32
 BINARY = BINARY + BITWISE
 
 

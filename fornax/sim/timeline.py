@@ -296,7 +296,44 @@ class Timeline:
         if not any(q.pending for q in self.queues):
             self.race_detector.prune()
 
+    # -- several devices ---------------------------------------------------------
+    def next_start(self) -> float | None:
+        """When the packet :meth:`step` would run next starts (None if none can run now)."""
+        best = None
+        for q in self.queues:
+            if q.pending:
+                ready = self._ready_time(q, q.pending[0])
+                if ready is not None:
+                    start = max(ready, self.engines[self._engine_for(q.pending[0])])
+                    best = start if best is None else min(best, start)
+        return best
+
+    def commit_until(self, t: float) -> None:
+        """Apply the memory writes of this timeline's packets that ended by ``t`` (a peer
+        copy's writes land in another device's memory, so its readers commit them)."""
+        self._commit(t)
+
     @property
     def busy_time(self) -> float:
         """Simulated time at which the last executed packet ended."""
         return max((r.end for r in self.records), default=0.0)
+
+
+def run_together(timelines: list[Timeline], done: Callable[[], bool]) -> bool:
+    """Run the packets of several devices' timelines in one simulated-time order until
+    ``done()`` (True) or nothing can run (False).  Packets of one device wait on
+    semaphores another device signals (a peer copy and its consumer); before each packet
+    starts, every timeline's writes that ended by then are committed, so a packet sees
+    what other devices wrote before it and nothing after."""
+    while not done():
+        best = None
+        for tl in timelines:
+            t = tl.next_start()
+            if t is not None and (best is None or t < best[0]):
+                best = (t, tl)
+        if best is None:
+            return False
+        for tl in timelines:
+            tl.commit_until(best[0])
+        best[1].step()
+    return True
