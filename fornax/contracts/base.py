@@ -15,6 +15,7 @@ from ..layers.graph import DType, Graph
 from ..layers.vendor import Vendor
 from ..sim.device import Device
 from ..sim.spec import load_spec
+from ..sim.topology import Topology
 
 
 class ContractFailure(AssertionError):
@@ -71,6 +72,17 @@ class Subject:
 
     def runtime(self):
         return self.vendor.runtime(self.driver())
+
+    def connect(self, kind: str = "switch") -> Topology:
+        """Join the subject's devices by a fabric, as a composed stack does (once)."""
+        if self.devices[0].topology is None:
+            Topology.build(self.spec, len(self.devices), kind).connect(self.devices)
+        return self.devices[0].topology
+
+    def communicator(self, library, timeout_s: float | None = None):
+        """``library``'s communicator over every device of the subject, joined by a fabric."""
+        self.connect()
+        return library.communicator(None, timeout_s)
 
     def binaries(self, graph: Graph):
         """The family's compiler output for ``graph``, one per format the driver loads."""

@@ -29,6 +29,16 @@ Row routines (softmax, layer norm, RMS norm) pass when
 ROW_RTOL 1e-5 (float32), 2e-3 (float16), 1.6e-2 (bfloat16): the reductions
 run in float32, so the error is a few roundings of the output dtype.
 
+GEMM options (L10) add one float32 rounding of every epilogue term (alpha·AB,
+beta·C, bias) to that bound, times 1.2 (the largest slope of relu, gelu and
+silu) behind an activation.  Convolution (L11) uses the GEMM rule with ``k``
+the number of terms each output sums and ``|A| @ |B|`` the same convolution of
+the inputs' magnitudes.  Attention (L12) passes when ``|out - ref| <=
+ATT_RTOL[dtype] * (|ref| + max |ref|)``: 2e-5 (float32), 4e-3 (float16), 3e-2
+(bfloat16), which covers rounding the probabilities to the storage dtype
+before the second product, as flash kernels do.  Collectives (L14) are exact:
+integer-valued float32 data sum the same in every order.
+
 Routines the :class:`~fornax.layers.library.Library` protocol names but an
 implementation lacks fail with ``not implemented: library.ROUTINE``; a clause
 about a routine the protocol does not name has nothing to check and passes.
@@ -342,3 +352,548 @@ def row_routines(s: Subject) -> None:
         ref = x64 * rstd * g64
         check_close(f"{dtype} rms_norm_fwd {rows}x{cols}", from_device(rt, py, (rows, cols), dtype), ref,
                     _row_bound(ref, dtype))
+
+
+# -- GEMM options (L10) ------------------------------------------------------------------------
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+#: the slope of relu, gelu (tanh form) and silu is below this everywhere: an error of the
+#: pre-activation value moves the result by at most this factor
+ACT_SLOPE = 1.2
+
+
+def np_act(x: np.ndarray, act: str) -> np.ndarray:
+    """The epilogue activations in float64 (gelu: the tanh approximation)."""
+    if act == "relu":
+        return np.maximum(x, 0.0)
+    if act == "gelu":
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    if act == "silu":
+        return x / (1.0 + np.exp(-x))
+    return x
+
+
+def gemm_listed_dtypes(s: Subject, lib) -> set:
+    """The GEMM dtypes the family declares (its ``[library] gemm_dtypes``), else the library's."""
+    listed = (s.vendor.facts or {}).get("library", {}).get("gemm_dtypes")
+    if listed is None:
+        listed = getattr(lib, "dtypes", ())
+    return set(listed)
+
+
+def run_gemm_opts(rt, lib, rng, m: int, n: int, k: int, dtype: str = "float32", batch: int = 1,
+                  trans_a: bool = False, trans_b: bool = False, pad: int = 0, alpha: float = 1.0,
+                  beta: float = 0.0, bias: bool = False, act: str = "none", out: str | None = None,
+                  scales: tuple[float, float] = (1.0, 1.0), extra: dict | None = None):
+    """One GEMM with options; returns (record, out, ref, bound, label).
+
+    ``pad`` elements of slack between batches (strided batch); the operands are stored as the
+    options say (A: k x m when transposed, B: n x k) and the reference reads them the same way.
+    """
+    out = out or ("bfloat16" if dtype in FP8 else dtype)
+    a_shape, b_shape = ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
+    sa, sb, sc = m * k + pad, k * n + pad, m * n + pad
+    a = random_operand(rng, (batch, sa), dtype)
+    b = random_operand(rng, (batch, sb), dtype)
+    c0 = random_operand(rng, (batch, sc), out)
+    a64 = a.astype(np.float64)[:, :m * k].reshape(batch, *a_shape)
+    b64 = b.astype(np.float64)[:, :k * n].reshape(batch, *b_shape)
+    opa = np.swapaxes(a64, 1, 2) if trans_a else a64
+    opb = np.swapaxes(b64, 1, 2) if trans_b else b64
+    scale = scales[0] * scales[1]
+    prod = alpha * scale * (opa @ opb)
+    pre = prod + beta * c0.astype(np.float64)[:, :m * n].reshape(batch, m, n)
+    params = {"m": m, "n": n, "k": k, "batch": batch, "dtype": dtype, "trans_a": trans_a,
+              "trans_b": trans_b, "stride_a": sa, "stride_b": sb, "stride_c": sc, "alpha": alpha,
+              "beta": beta, "activation": act, **(extra or {})}
+    if out != params["dtype"] or dtype in FP8:
+        params["out_dtype"] = out
+    if dtype in FP8:
+        params["a_scale"], params["b_scale"] = scales
+    bias_v = np.zeros(n)
+    if bias:
+        bias_h = random_operand(rng, (n,), out)
+        bias_v = bias_h.astype(np.float64)
+        params["bias"] = to_device(rt, bias_h)
+    pre = pre + bias_v
+    ref = np_act(pre, act)
+    pa, pb, pc = to_device(rt, a), to_device(rt, b), to_device(rt, c0)
+    record = routine_of(lib, "gemm")(pa, pb, pc, params)
+    got = from_device(rt, pc, (batch, sc), out)
+    # batches' slack between outputs must be left alone
+    if pad and not np.array_equal(got[:, m * n:].view(np.uint8), c0[:, m * n:].view(np.uint8)):
+        raise ContractFailure(f"gemm {dtype} m={m} n={n} k={k} batch={batch} stride_c={sc}: the "
+                              f"{pad} elements between the batches' outputs were overwritten")
+    got = got[:, :m * n].reshape(batch, m, n)
+    mag = np.abs(alpha * scale) * (np.abs(opa) @ np.abs(opb))
+    epi = np.abs(prod) + np.abs(beta * c0.astype(np.float64)[:, :m * n].reshape(batch, m, n)) \
+        + np.abs(bias_v)
+    # one rounding of every epilogue term in float32, float32 accumulation, one output rounding
+    pre_bound = ACC * k * mag + 4 * RTOL["float32"] * epi
+    bound = RTOL[out] * np.abs(ref) + (ACT_SLOPE if act != "none" else 1.0) * pre_bound + 1e-30
+    if act in ("gelu", "silu"):                    # the activation itself, evaluated in float32
+        bound = bound + 8 * RTOL["float32"] * (np.abs(pre) + 1.0)
+    label = (f"{dtype} gemm m={m} n={n} k={k} batch={batch} trans={'T' if trans_a else 'N'}"
+             f"{'T' if trans_b else 'N'} stride pad={pad} alpha={alpha:g} beta={beta:g} "
+             f"bias={bias} activation={act} out={out}")
+    return record, got, ref, bound, label
+
+
+@clause(SEAM, "L10", "GEMM options: transposes, strided batch, alpha/beta, bias + activation "
+                     "epilogues, fp8 with scales, deterministic mode")
+def gemm_options(s: Subject) -> None:
+    rt, lib = open_library(s)
+    gemm = routine_of(lib, "gemm")
+    rng = np.random.default_rng(10)
+    cases = [
+        dict(m=19, n=23, k=40, trans_a=True),
+        dict(m=17, n=9, k=33, trans_b=True),
+        dict(m=12, n=20, k=28, trans_a=True, trans_b=True, batch=3, pad=5),
+        dict(m=21, n=14, k=37, batch=2, pad=3, alpha=0.75, beta=-1.5),
+        dict(m=16, n=24, k=30, bias=True, act="relu"),
+        dict(m=15, n=18, k=26, bias=True, act="gelu", alpha=0.5, beta=0.25),
+        dict(m=13, n=22, k=35, bias=True, act="silu", batch=2),
+        dict(m=24, n=17, k=96, dtype="float16", trans_b=True, beta=1.0, bias=True, act="gelu"),
+        dict(m=11, n=19, k=80, dtype="bfloat16", trans_a=True, batch=2, pad=1, alpha=2.0, beta=0.5),
+    ]
+    for case in cases:
+        _, got, ref, bound, label = run_gemm_opts(rt, lib, rng, **case)
+        check_close(label, got, ref, bound)
+    listed = gemm_listed_dtypes(s, lib)
+    for dtype in FP8:
+        if dtype in listed:
+            for scales, out in (((0.5, 3.0), None), ((0.25, 1.5), "float32")):
+                _, got, ref, bound, label = run_gemm_opts(
+                    rt, lib, rng, 20, 12, 64, dtype, batch=2, trans_b=True, scales=scales, out=out)
+                check_close(f"{label} scales={scales}", got, ref, bound)
+        else:
+            p = rt.malloc(4096)
+            exc = expect_library_error(
+                lambda d=dtype: gemm(p, p, p, {"m": 4, "n": 4, "k": 4, "dtype": d}),
+                f"gemm in {dtype}, which the family does not list")
+            require(dtype in str(exc), f"gemm in unlisted {dtype} raised {exc!r}, which does not "
+                    f"name the dtype")
+    # deterministic mode: a split-K algorithm (when the library lists one) reduces its slices in
+    # a fixed order, so two calls give the same bits
+    algos = routine_of(lib, "report")().get("algorithms") or []
+    split = [a for a in algos if isinstance(a, dict) and int(a.get("split_k", 1)) > 1]
+    m, n, k = 16, 16, 512
+    a = random_operand(rng, (m, k), "float32")
+    b = random_operand(rng, (k, n), "float32")
+    pa, pb = to_device(rt, a), to_device(rt, b)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    bound = gemm_bound(a.astype(np.float64), b.astype(np.float64), ref, k, "float32")
+    for forced in ([None] + [x["name"] for x in split])[:3]:
+        outs = []
+        for _ in range(2):
+            pc = rt.malloc(m * n * 4)
+            params = {"m": m, "n": n, "k": k, "dtype": "float32", "deterministic": True}
+            if forced:
+                params["algorithm"] = forced
+            gemm(pa, pb, pc, params)
+            outs.append(from_device(rt, pc, (m, n), "float32"))
+        what = f"deterministic float32 gemm m={m} n={n} k={k} algorithm={forced or 'heuristic'}"
+        check_close(what, outs[0], ref, bound)
+        require(np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)),
+                f"{what}: two calls on the same inputs gave different bits "
+                f"({int((outs[0] != outs[1]).sum())} of {m * n} elements differ)")
+
+
+# -- convolution (L11) -------------------------------------------------------------------------
+def _conv_windows(xp: np.ndarray, r: int, s: int, g: dict):
+    """The (n, c, P, Q) slice of the padded input that filter tap (r, s) reads."""
+    (sh, sw), (dh, dw) = g["stride"], g["dilation"]
+    P, Q = g["P"], g["Q"]
+    return (slice(None), slice(None), slice(r * dh, r * dh + sh * (P - 1) + 1, sh),
+            slice(s * dw, s * dw + sw * (Q - 1) + 1, sw))
+
+
+def conv_reference(pass_: str, a: np.ndarray, b: np.ndarray, g: dict) -> np.ndarray:
+    """Direct float64 convolution over filter taps and groups.
+
+    fwd: a = x [n, c, h, w], b = w [k, c/groups, r, s] -> y [n, k, P, Q];
+    bwd_data: a = dy, b = w -> dx [n, c, h, w]; bwd_weights: a = x, b = dy -> dw."""
+    n, c, h, w, k, R, S, G = (g[key] for key in ("n", "c", "h", "w", "k", "r", "s", "groups"))
+    (ph, pw), P, Q = g["padding"], g["P"], g["Q"]
+    cg, kg = c // G, k // G
+    if pass_ == "fwd":
+        xp = np.pad(a, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        y = np.zeros((n, k, P, Q))
+        for r in range(R):
+            for s in range(S):
+                win = xp[_conv_windows(xp, r, s, g)]
+                for grp in range(G):
+                    cs, ks = slice(grp * cg, (grp + 1) * cg), slice(grp * kg, (grp + 1) * kg)
+                    y[:, ks] += np.einsum("ncpq,kc->nkpq", win[:, cs], b[ks, :, r, s])
+        return y
+    if pass_ == "bwd_data":
+        dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+        for r in range(R):
+            for s in range(S):
+                sl = _conv_windows(dxp, r, s, g)
+                for grp in range(G):
+                    cs, ks = slice(grp * cg, (grp + 1) * cg), slice(grp * kg, (grp + 1) * kg)
+                    dxp[(sl[0], cs, sl[2], sl[3])] += np.einsum("nkpq,kc->ncpq", a[:, ks], b[ks, :, r, s])
+        return dxp[:, :, ph:ph + h, pw:pw + w]
+    xp = np.pad(a, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    dw = np.zeros((k, cg, R, S))
+    for r in range(R):
+        for s in range(S):
+            win = xp[_conv_windows(xp, r, s, g)]
+            for grp in range(G):
+                cs, ks = slice(grp * cg, (grp + 1) * cg), slice(grp * kg, (grp + 1) * kg)
+                dw[ks, :, r, s] = np.einsum("ncpq,nkpq->kc", win[:, cs], b[:, ks])
+    return dw
+
+
+def conv_cases(seed: int, count: int) -> list[dict]:
+    """Small seeded convolution problems whose filter fits the padded input."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        G = int(rng.integers(1, 3))
+        p = dict(n=int(rng.integers(1, 3)), c=G * int(rng.integers(1, 4)), k=G * int(rng.integers(1, 4)),
+                 h=int(rng.integers(4, 9)), w=int(rng.integers(4, 9)), r=int(rng.integers(1, 4)),
+                 s=int(rng.integers(1, 4)), groups=G,
+                 stride=(int(rng.integers(1, 3)), int(rng.integers(1, 3))),
+                 padding=(int(rng.integers(0, 2)), int(rng.integers(0, 2))),
+                 dilation=(int(rng.integers(1, 3)), int(rng.integers(1, 3))))
+        P = (p["h"] + 2 * p["padding"][0] - p["dilation"][0] * (p["r"] - 1) - 1) // p["stride"][0] + 1
+        Q = (p["w"] + 2 * p["padding"][1] - p["dilation"][1] * (p["s"] - 1) - 1) // p["stride"][1] + 1
+        if P >= 1 and Q >= 1:
+            out.append({**p, "P": P, "Q": Q})
+    return out
+
+
+@clause(SEAM, "L11", "conv2d forward, backward-data and backward-weights (stride, padding, "
+                     "dilation, groups) match a float64 direct convolution")
+def conv2d(s: Subject) -> None:
+    rt, lib = open_library(s)
+    fns = {name: routine_of(lib, name) for name in ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weights")}
+    rng = np.random.default_rng(111)
+    cases = [(g, "float32") for g in conv_cases(11, 4)] + [(g, d) for g, d in
+                                                           zip(conv_cases(12, 2), ("float16", "bfloat16"))]
+    for g, dtype in cases:
+        n, c, h, w, k, R, S, G = (g[key] for key in ("n", "c", "h", "w", "k", "r", "s", "groups"))
+        x = random_operand(rng, (n, c, h, w), dtype)
+        wt = random_operand(rng, (k, c // G, R, S), dtype)
+        dy = random_operand(rng, (n, k, g["P"], g["Q"]), dtype)
+        params = {key: g[key] for key in ("n", "c", "h", "w", "k", "r", "s", "groups", "stride",
+                                          "padding", "dilation")} | {"dtype": dtype}
+        px, pw, pdy = to_device(rt, x), to_device(rt, wt), to_device(rt, dy)
+        runs = (("conv2d_fwd", "fwd", (px, pw), (x, wt), dy.shape, (c // G) * R * S),
+                ("conv2d_bwd_data", "bwd_data", (pdy, pw), (dy, wt), x.shape, (k // G) * R * S),
+                ("conv2d_bwd_weights", "bwd_weights", (px, pdy), (x, dy), wt.shape, n * g["P"] * g["Q"]))
+        for routine, pass_, ptrs, hosts, shape, terms in runs:
+            pout = rt.malloc(int(np.prod(shape)) * np_dtype(dtype).itemsize)
+            fns[routine](*ptrs, pout, params)
+            got = from_device(rt, pout, shape, dtype)
+            a64, b64 = (h_.astype(np.float64) for h_ in hosts)
+            ref = conv_reference(pass_, a64, b64, g)
+            mag = conv_reference(pass_, np.abs(a64), np.abs(b64), g)
+            bound = RTOL[dtype] * np.abs(ref) + ACC * terms * mag + 1e-30
+            geo = (f"n={n} c={c} h={h} w={w} k={k} r={R} s={S} stride={g['stride']} "
+                   f"padding={g['padding']} dilation={g['dilation']} groups={G}")
+            check_close(f"{dtype} {routine} {geo}", got, ref, bound)
+
+
+# -- attention and the row backwards (L12) -----------------------------------------------------
+#: attention: |out - ref| <= ATT_RTOL[dtype] * (|ref| + max |ref| of the tensor).  float32
+#: accumulation and one rounding of each stored result, plus (low precision) the rounding of
+#: the probabilities to the storage dtype before the second product, as flash kernels do
+ATT_RTOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def attention_reference(q, k, v, do, scale: float, causal: bool):
+    """Softmax attention and its analytic backward in float64: (o, lse, dq, dk, dv)."""
+    sq, sk = q.shape[-2], k.shape[-2]
+    scores = scale * (q @ np.swapaxes(k, -1, -2))
+    if causal:                                   # key j visible to query i when j <= i
+        scores = np.where(np.tril(np.ones((sq, sk), bool)), scores, -np.inf)
+    mx = scores.max(-1, keepdims=True)
+    e = np.exp(scores - mx)
+    lse = (mx + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    p = e / e.sum(-1, keepdims=True)
+    o = p @ v
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (do * o).sum(-1, keepdims=True))
+    dq = scale * (ds @ k)
+    dk = scale * (np.swapaxes(ds, -1, -2) @ q)
+    return o, lse, dq, dk, dv
+
+
+def _tensor_bound(ref: np.ndarray, rtol: float) -> np.ndarray:
+    return rtol * (np.abs(ref) + np.abs(ref).max()) + 1e-30
+
+
+def norm_bwd_reference(kind: str, x, gamma, dy):
+    """Layer norm (``kind`` layer) or RMS norm backward in float64: (dx, dgamma, dbeta, scale)
+    where ``scale`` is each row's natural size of dx, ``|dy * gamma| * rstd``."""
+    cols = x.shape[1]
+    mean = x.mean(axis=1, keepdims=True) if kind == "layer" else 0.0
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + 1e-5)
+    xhat = (x - mean) * rstd
+    g = dy * gamma
+    dx = g - xhat * (g * xhat).sum(axis=1, keepdims=True) / cols
+    if kind == "layer":
+        dx = dx - g.sum(axis=1, keepdims=True) / cols
+    dx = dx * rstd
+    natural = (np.abs(g) * rstd).max(axis=1, keepdims=True)
+    return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0), natural, np.abs(dy * xhat).sum(axis=0)
+
+
+@clause(SEAM, "L12", "attention forward and backward (head dims 64 and 128, causal or not, "
+                     "several K/V tiles), layer norm and RMS norm backward match float64")
+def attention_and_norm_backward(s: Subject) -> None:
+    rt, lib = open_library(s)
+    fwd, bwd = routine_of(lib, "attention_fwd"), routine_of(lib, "attention_bwd")
+    norm = {r: routine_of(lib, r) for r in ("layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd",
+                                             "rms_norm_bwd")}
+    rng = np.random.default_rng(12)
+    cases = [("float32", 1, 2, 40, 70, 64, False), ("float32", 1, 2, 40, 70, 64, True),
+             ("float32", 2, 1, 33, 72, 128, False), ("float32", 1, 1, 70, 70, 128, True),
+             ("bfloat16", 1, 2, 24, 66, 64, True), ("float16", 1, 1, 17, 65, 128, False)]
+    for dtype, b, h, sq, sk, d, causal in cases:
+        q, k, v = (random_operand(rng, (b, h, n_, d), dtype) for n_ in (sq, sk, sk))
+        do = random_operand(rng, (b, h, sq, d), dtype)
+        params = {"batch": b, "heads": h, "seq_q": sq, "seq_k": sk, "head_dim": d, "causal": causal,
+                  "dtype": dtype}
+        pq, pk, pv, pdo = (to_device(rt, t) for t in (q, k, v, do))
+        po, plse = rt.malloc(q.nbytes), rt.malloc(b * h * sq * 4)
+        pdq, pdk, pdv = rt.malloc(q.nbytes), rt.malloc(k.nbytes), rt.malloc(v.nbytes)
+        fwd(pq, pk, pv, po, plse, params)
+        bwd(pq, pk, pv, po, pdo, plse, pdq, pdk, pdv, params)
+        refs = attention_reference(*(t.astype(np.float64) for t in (q, k, v, do)), 1.0 / np.sqrt(d),
+                                   causal)
+        what = f"{dtype} attention b={b} h={h} seq_q={sq} seq_k={sk} head_dim={d} causal={causal}"
+        for name, ptr, shape, dt, ref in (("o", po, q.shape, dtype, refs[0]),
+                                          ("lse", plse, (b, h, sq), "float32", refs[1]),
+                                          ("dq", pdq, q.shape, dtype, refs[2]),
+                                          ("dk", pdk, k.shape, dtype, refs[3]),
+                                          ("dv", pdv, v.shape, dtype, refs[4])):
+            bound = (1e-4 * np.maximum(1.0, np.abs(ref)) if name == "lse"
+                     else _tensor_bound(ref, ATT_RTOL[dtype]))
+            check_close(f"{what}: {name}", from_device(rt, ptr, shape, dt), ref, bound)
+    for dtype, (rows, cols) in (("float32", (5, 37)), ("bfloat16", (4, 64)), ("float16", (3, 130))):
+        x = random_operand(rng, (rows, cols), dtype)
+        gamma, beta = random_operand(rng, (cols,), dtype), random_operand(rng, (cols,), dtype)
+        dy = random_operand(rng, (rows, cols), dtype)
+        params = {"rows": rows, "cols": cols, "dtype": dtype, "eps": 1e-5}
+        px, pg, pb, pdy = (to_device(rt, t) for t in (x, gamma, beta, dy))
+        py, pmean, prstd = rt.malloc(x.nbytes), rt.malloc(rows * 4), rt.malloc(rows * 4)
+        pdx, pdg, pdb = rt.malloc(x.nbytes), rt.malloc(gamma.nbytes), rt.malloc(gamma.nbytes)
+        x64, g64, dy64 = x.astype(np.float64), gamma.astype(np.float64), dy.astype(np.float64)
+        for kind in ("layer", "rms"):
+            if kind == "layer":
+                norm["layer_norm_fwd"](px, pg, pb, py, pmean, prstd, params)
+                norm["layer_norm_bwd"](pdy, px, pg, pmean, prstd, pdx, pdg, pdb, params)
+            else:
+                norm["rms_norm_fwd"](px, pg, py, prstd, params)
+                norm["rms_norm_bwd"](pdy, px, pg, prstd, pdx, pdg, params)
+            dx, dgamma, dbeta, natural, dg_mag = norm_bwd_reference(kind, x64, g64, dy64)
+            rtol = ROW_RTOL[dtype]
+            what = f"{dtype} {kind}_norm_bwd {rows}x{cols}"
+            check_close(f"{what}: dx", from_device(rt, pdx, (rows, cols), dtype), dx,
+                        rtol * (np.abs(dx) + natural) + 1e-30)
+            check_close(f"{what}: dgamma", from_device(rt, pdg, (cols,), dtype), dgamma,
+                        rtol * (np.abs(dgamma) + dg_mag) + 1e-30)
+            if kind == "layer":
+                check_close(f"{what}: dbeta", from_device(rt, pdb, (cols,), dtype), dbeta,
+                            rtol * (np.abs(dbeta) + np.abs(dy64).sum(axis=0)) + 1e-30)
+
+
+# -- pooling (L13) -----------------------------------------------------------------------------
+def pool_reference(x: np.ndarray, dy: np.ndarray | None, mode: str, kernel, stride, padding):
+    """Max or average 2-D pooling of NCHW ``x`` in float64 (average counts the padding in the
+    divisor; max never picks padding): (y, argmax as h*W + w, dx for ``dy``)."""
+    n, c, H, W = x.shape
+    (R, S), (sh, sw), (ph, pw) = kernel, stride, padding
+    P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
+    y, idx, dx = np.zeros((n, c, P, Q)), np.zeros((n, c, P, Q), np.int64), np.zeros(x.shape)
+    for i in range(P):
+        for j in range(Q):
+            h0, w0 = i * sh - ph, j * sw - pw
+            hs, ws = slice(max(h0, 0), min(h0 + R, H)), slice(max(w0, 0), min(w0 + S, W))
+            win = x[:, :, hs, ws]
+            if mode == "avg":
+                y[:, :, i, j] = win.sum(axis=(2, 3)) / (R * S)
+                if dy is not None:
+                    dx[:, :, hs, ws] += dy[:, :, i, j][:, :, None, None] / (R * S)
+                continue
+            flat = win.reshape(n, c, -1)
+            arg = flat.argmax(axis=2)
+            y[:, :, i, j] = flat.max(axis=2)
+            wh = win.shape[3]
+            hh, ww = hs.start + arg // wh, ws.start + arg % wh
+            idx[:, :, i, j] = hh * W + ww
+            if dy is not None:
+                for a in range(n):
+                    for b in range(c):
+                        dx[a, b, hh[a, b], ww[a, b]] += dy[a, b, i, j]
+    return y, idx, dx
+
+
+@clause(SEAM, "L13", "max and average pooling forward (and backward) match float64")
+def pooling(s: Subject) -> None:
+    rt, lib = open_library(s)
+    fwd = routine_of(lib, "pool2d_fwd")
+    backward = protocol_requires("pool2d_bwd") or callable(getattr(lib, "pool2d_bwd", None))
+    bwd = routine_of(lib, "pool2d_bwd") if backward else None
+    rng = np.random.default_rng(13)
+    cases = [((2, 3, 7, 6), (3, 2), (2, 2), (1, 1)), ((1, 2, 8, 9), (2, 2), (2, 2), (0, 0)),
+             ((1, 1, 5, 7), (3, 3), (1, 2), (1, 0))]
+    for mode in ("max", "avg"):
+        # max pooling in float32: random values with no ties, so the argmax is unique
+        dtypes = ("float32", "float32", "bfloat16" if mode == "avg" else "float32")
+        for dtype, (shape, kernel, stride, padding) in zip(dtypes, cases):
+            x = random_operand(rng, shape, dtype)
+            x64 = x.astype(np.float64)
+            y_ref, idx_ref, _ = pool_reference(x64, None, mode, kernel, stride, padding)
+            dy = random_operand(rng, y_ref.shape, dtype)
+            _, _, dx_ref = pool_reference(x64, dy.astype(np.float64), mode, kernel, stride, padding)
+            n, c, h, w = shape
+            params = {"n": n, "c": c, "h": h, "w": w, "kernel": kernel, "stride": stride,
+                      "padding": padding, "mode": mode, "dtype": dtype}
+            px, py = to_device(rt, x), rt.malloc(y_ref.size * x.itemsize)
+            pidx = rt.malloc(y_ref.size * 8) if mode == "max" else None
+            fwd(px, py, params, indices=pidx)
+            what = f"{dtype} {mode} pool2d {shape} kernel={kernel} stride={stride} padding={padding}"
+            check_close(f"{what}: y", from_device(rt, py, y_ref.shape, dtype), y_ref,
+                        RTOL[dtype] * (np.abs(y_ref) + np.abs(x64).max()) + 1e-30)
+            if mode == "max":
+                got = from_device(rt, pidx, y_ref.shape, np.int64)
+                if not np.array_equal(got, idx_ref):
+                    at = tuple(int(i) for i in np.argwhere(got != idx_ref)[0])
+                    raise ContractFailure(f"{what}: argmax index at {at} is {got[at]}, expected "
+                                          f"{idx_ref[at]} (h*W + w of the window's largest input)")
+            if bwd is not None:
+                pdy, pdx = to_device(rt, dy), rt.malloc(x.nbytes)
+                bwd(pdy, pdx, params, indices=pidx)
+                check_close(f"{what}: dx", from_device(rt, pdx, shape, dtype), dx_ref,
+                            RTOL[dtype] * (np.abs(dx_ref) + np.abs(dy.astype(np.float64)).max())
+                            + 1e-30)
+
+
+# -- collectives (L14) -------------------------------------------------------------------------
+#: wall-clock seconds a watchdog diagnosis may take before the clause calls it a hang
+HANG_S = 30.0
+#: the simulated watchdog timeout the clause gives its communicator
+WATCHDOG_S = 0.25
+
+
+def _host_wait(fn, what: str):
+    """Run ``fn`` (a host wait) on a helper thread; a wait that never returns fails the clause
+    instead of hanging the suite.  Returns the exception ``fn`` raised, or None."""
+    import threading
+    box: list = []
+
+    def run():
+        try:
+            fn()
+            box.append(None)
+        except BaseException as exc:           # handed back to the clause
+            box.append(exc)
+    t = threading.Thread(target=run, name="fornax-conform-wait", daemon=True)
+    t.start()
+    t.join(HANG_S)
+    if t.is_alive():
+        raise ContractFailure(f"{what}: the host wait did not return within {HANG_S:g} s of wall "
+                              "time (a hang; expected the watchdog's diagnosis)")
+    return box[0]
+
+
+@clause(SEAM, "L14", "collectives over the devices give numpy's results exactly; a rank that "
+                     "skips a collective is diagnosed by the watchdog with a code, not a hang")
+def collectives(s: Subject) -> None:
+    _, lib = open_library(s)
+    routine_of(lib, "communicator")
+    comm = s.communicator(lib)
+    n = len(s.devices)
+    require(getattr(comm, "size", None) == n, f"a communicator over {n} devices has size "
+            f"{getattr(comm, 'size', None)!r}")
+    rng = np.random.default_rng(14)
+
+    def ints(count):                   # integer-valued floats: every order of summation is exact
+        return [rng.integers(-1000, 1000, count).astype(np.float32) for _ in range(n)]
+
+    def put(arrays):
+        ptrs = []
+        for r, a in enumerate(arrays):
+            p = comm.malloc(r, max(a.nbytes, 4))
+            comm.upload(r, p, a)
+            ptrs.append(p)
+        return ptrs
+
+    def empty(count):
+        return [comm.malloc(r, count * 4) for r in range(n)]
+
+    def expect(what, ptrs, count, want):
+        for r, p in enumerate(ptrs):
+            got = comm.download(r, p, count, "float32")
+            w = want[r] if isinstance(want, list) else want
+            if not np.array_equal(got, w):
+                i = int(np.argmax(got != w)) if got.shape == w.shape else 0
+                raise ContractFailure(f"{what} over {n} ranks: rank {r} got "
+                                      f"{got[i] if got.size else 'nothing'} at element {i}, numpy "
+                                      f"says {w[i] if w.size else 'nothing'}")
+
+    count = 301                                      # odd: uneven chunks per rank
+    xs = ints(count)
+    send = put(xs)
+    stack = np.stack(xs).astype(np.float64)
+    for op, want in (("sum", stack.sum(0)), ("max", stack.max(0))):
+        recv = empty(count)
+        for r in range(n):
+            comm.rank(r).all_reduce(send[r], recv[r], count, "float32", op)
+        expect(f"all_reduce {op}", recv, count, want.astype(np.float32))
+    big = empty(n * count)
+    for r in range(n):
+        comm.rank(r).all_gather(send[r], big[r], count)
+    expect("all_gather", big, n * count, np.concatenate(xs))
+    per = 150
+    full = ints(n * per)
+    fsend = put(full)
+    part = empty(per)
+    for r in range(n):
+        comm.rank(r).reduce_scatter(fsend[r], part[r], per, "float32", "sum")
+    total = np.stack(full).astype(np.float64).sum(0).astype(np.float32)
+    expect("reduce_scatter sum", part, per, [total[r * per:(r + 1) * per] for r in range(n)])
+    root = n - 1
+    bc = empty(count)
+    for r in range(n):
+        comm.rank(r).broadcast(send[r], bc[r], count, "float32", root=root)
+    expect(f"broadcast from rank {root}", bc, count, xs[root])
+    a2a = empty(n * per)
+    for r in range(n):
+        comm.rank(r).all_to_all(fsend[r], a2a[r], per)
+    expect("all_to_all", a2a, n * per,
+           [np.concatenate([full[j][r * per:(r + 1) * per] for j in range(n)]) for r in range(n)])
+    if n > 1:
+        for src, dst in ((0, n - 1), (n - 1, 0)):
+            buf = comm.malloc(dst, count * 4)
+            comm.rank(src).send(send[src], count, "float32", peer=dst)
+            comm.rank(dst).recv(buf, count, "float32", peer=src)
+            got = comm.download(dst, buf, count, "float32")
+            require(np.array_equal(got, xs[src]), f"send from rank {src} / recv on rank {dst}: "
+                    f"the received data differ from what was sent")
+    comm.synchronize()
+    if n < 2:
+        return
+    # rank n-1 skips an all-reduce the others make: the watchdog diagnoses it
+    comm = s.communicator(lib, WATCHDOG_S)
+    send = put(ints(64))
+    works = [comm.rank(r).all_reduce(send[r], send[r], 64, "float32", "sum") for r in range(n - 1)]
+    skipper = n - 1
+    exc = _host_wait(works[0].wait, f"rank {skipper} skipped an all_reduce and rank 0 waited")
+    if exc is None:
+        raise ContractFailure(f"rank {skipper} never called all_reduce, yet rank 0's wait returned "
+                              "without an error")
+    if not isinstance(exc, FornaxError):
+        raise ContractFailure(f"rank {skipper} skipped an all_reduce: the wait crashed with "
+                              f"{type(exc).__name__}: {exc}")
+    require(exc.code is not None, f"the watchdog's error carries no vendor code: {exc}")
+    text = str(exc)
+    require(f"rank {skipper}" in text and "rank 0" in text.replace("ranks 0", "rank 0"),
+            f"the watchdog's diagnosis must name the waiting rank 0 and the rank {skipper} that "
+            f"skipped the call: {text}")

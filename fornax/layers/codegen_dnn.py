@@ -23,14 +23,31 @@ accumulates in float32 whatever its storage dtype:
   per output (forward) or input (backward) element, a loop over the window;
 * :func:`fill_kernel`: sets a buffer to a constant (the zeroing that must
   precede a ``store_reduce``).
+
+Every kernel carries a cost estimate (``meta["estimate"]``) so a shape-only
+device prices it without running it.  The estimate holds what the executor
+counts, exactly: instances, matrix and vector FLOPs per dtype (index arithmetic
+included; these follow from tile shapes and trip counts alone, see
+:func:`~fornax.layers.codegen.static_counters`), and bytes read and written and
+each buffer's footprint, which depend on the masks and so are counted here from
+the geometry (padding, stride and dilation taps of convolution and pooling,
+ragged edge tiles, the ``store_reduce`` flush that reads and writes each
+destination once).  Masks only ever switch memory lanes off, never
+arithmetic: a causal or padded tile is computed in full, as the executor
+does, so no figure is approximate.  Kernels generic over one grid axis (the
+batch*heads of attention, the rows of the row kernels) give their counts for
+one slice plus the growth per further slice (``per_slice``); the fill kernel,
+generic over its length, gives its work per element and per instance.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..sim import isa
-from .codegen import POINTWISE_REGISTERS, KernelBuilder, next_pow2
+from .codegen import POINTWISE_REGISTERS, KernelBuilder, next_pow2, static_counters
 
 NEG_BIG = -1.0e30          # "minus infinity" of masked scores; exp(NEG_BIG - m) is exactly 0
 
@@ -85,6 +102,113 @@ def _lin(kb: KernelBuilder, terms: list[tuple[str | None, int]], base: str | Non
 def _meta(group_size: int, kind: str, shared: int, acc_words: int, **extra) -> dict:
     return dict(group_size=group_size, kind=kind, shared_memory=int(shared),
                 registers=-(-acc_words // group_size) + POINTWISE_REGISTERS, **extra)
+
+
+# ---- cost estimates ----------------------------------------------------------------------------
+class _Traffic:
+    """Memory traffic of one launch, counted from the geometry the way the executor counts it:
+    active lanes times the item size, and per buffer the byte span [lo, hi) the active lanes
+    touch (relative to the buffer's base)."""
+
+    def __init__(self):
+        self.read = self.written = 0
+        self.flops: dict[str, float] = {}
+        self.reads: dict[str, list[int]] = {}
+        self.writes: dict[str, list[int]] = {}
+
+    @staticmethod
+    def _span(table: dict, ptr: str, span) -> None:
+        if span is None:
+            return
+        lo, hi = int(span[0]), int(span[1])
+        if ptr in table:
+            lo, hi = min(lo, table[ptr][0]), max(hi, table[ptr][1])
+        table[ptr] = [lo, hi]
+
+    def load(self, ptr: str, lanes: int, item: int, span) -> None:
+        self.read += int(lanes) * item
+        self._span(self.reads, ptr, span if lanes else None)
+
+    def store(self, ptr: str, lanes: int, item: int, span) -> None:
+        self.written += int(lanes) * item
+        self._span(self.writes, ptr, span if lanes else None)
+
+    def store_reduce(self, ptr: str, contributions: int, unique: int, item: int, dtype: str,
+                     span) -> None:
+        """A ``store_reduce``: every contribution is one operation in the destination dtype; the
+        flush reads and writes each distinct destination element once."""
+        self.flops[dtype] = self.flops.get(dtype, 0.0) + float(contributions)
+        self.load(ptr, unique, item, span)
+        self.store(ptr, unique, item, span)
+
+
+def _counts(program: isa.Program, grid: tuple[int, int, int], t: _Traffic) -> dict:
+    """The counters estimate of ``program`` on ``grid`` with the memory traffic ``t``."""
+    masks = {i.mask: 0 for i in program.instructions() if getattr(i, "mask", None)}
+    est = static_counters(program, grid, masks)         # FLOPs and instructions: shapes alone
+    for dt, f in t.flops.items():
+        est["vector_flops"][dt] = est["vector_flops"].get(dt, 0.0) + f
+    est.update(kind="counters", bytes_read=t.read, bytes_written=t.written,
+               read=t.reads, write=t.writes)
+    return est
+
+
+def _attach(program: isa.Program, grid: tuple[int, int, int], traffic: _Traffic) -> isa.Program:
+    """Attach the estimate of a kernel specialised for its whole launch."""
+    program.meta["estimate"] = _counts(program, grid, traffic)
+    return program
+
+
+def _attach_sliced(program: isa.Program, axis: int, grid_of, traffic_of) -> isa.Program:
+    """Attach the estimate of a kernel generic over grid axis ``axis``: the counts of a one-slice
+    launch and, in ``per_slice``, what each further slice adds (every slice does the same work;
+    anything shared, like a reduction's destination, is in the one-slice counts only)."""
+    one = _counts(program, grid_of(1), traffic_of(1))
+    two = _counts(program, grid_of(2), traffic_of(2))
+
+    def diff(a: dict, b: dict) -> dict:
+        return {k: b.get(k, 0.0) - a.get(k, 0.0) for k in set(a) | set(b) if b.get(k, 0.0) != a.get(k, 0.0)}
+
+    one["per_slice"] = {
+        "axis": axis, "instances": two["instances"] - one["instances"],
+        "matrix_flops": diff(one["matrix_flops"], two["matrix_flops"]),
+        "vector_flops": diff(one["vector_flops"], two["vector_flops"]),
+        "bytes_read": two["bytes_read"] - one["bytes_read"],
+        "bytes_written": two["bytes_written"] - one["bytes_written"],
+        "read": {p: two["read"][p][1] - lo_hi[1] for p, lo_hi in one["read"].items()},
+        "write": {p: two["write"][p][1] - lo_hi[1] for p, lo_hi in one["write"].items()}}
+    program.meta["estimate"] = one
+    return program
+
+
+def _window(out: int, taps: int, stride: int, pad: int, dil: int, size: int):
+    """Input positions a forward window reaches along one axis: ``o*stride - pad + t*dil`` for
+    every output ``o < out`` and tap ``t < taps`` that lands inside ``[0, size)``.  Returns how
+    many (output, tap) pairs are valid and the least and greatest position reached."""
+    pos = (np.arange(out)[:, None] * stride - pad + np.arange(taps)[None, :] * dil).ravel()
+    pos = pos[(pos >= 0) & (pos < size)]
+    return (int(pos.size), int(pos.min()), int(pos.max())) if pos.size else (0, 0, 0)
+
+
+def _pull(size: int, taps: int, stride: int, pad: int, dil: int, out: int):
+    """The backward (pull) view of :func:`_window`: for every input ``i < size`` and tap ``t``,
+    the output ``(i + pad - t*dil) / stride`` when that is a whole number in ``[0, out)``.
+    Returns the count of valid pairs and the least and greatest output reached."""
+    t = (np.arange(size)[:, None] + pad - np.arange(taps)[None, :] * dil).ravel()
+    t = t[(t >= 0) & (t % stride == 0)] // stride
+    t = t[t < out]
+    return (int(t.size), int(t.min()), int(t.max())) if t.size else (0, 0, 0)
+
+
+def _span4(dims: tuple[int, int, int, int], item: int, hs: tuple[int, int, int],
+           ws: tuple[int, int, int]):
+    """Byte span of an NCHW tensor of ``dims`` whose every image and channel is read at the rows
+    ``hs`` and columns ``ws`` (each: count of valid taps, least, greatest); None if none is."""
+    N, C, H, W = dims
+    if not hs[0] or not ws[0]:
+        return None
+    last = (N - 1) * C * H * W + (C - 1) * H * W + hs[2] * W + ws[2]
+    return [(hs[1] * W + ws[1]) * item, (last + 1) * item]
 
 
 # ---- convolution -------------------------------------------------------------------------------
@@ -197,7 +321,40 @@ def conv2d_kernel(name: str, pass_: str, dtype: str, g: dict, tile: tuple[int, i
     item = isa.np_dtype(dtype).itemsize
     program = kb.program(**_meta(group_size, "conv2d", (bm * bk + bk * bn) * item, bm * bn,
                                  tile=[bm, bn, bk], conv_pass=pass_))
-    return program, (math.ceil(N / bn), math.ceil(M / bm), g["groups"])
+    grid = (math.ceil(N / bn), math.ceil(M / bm), g["groups"])
+    return _attach(program, grid, _conv_traffic(pass_, g, item, grid, M, N, K)), grid
+
+
+def _conv_traffic(pass_: str, g: dict, item: int, grid, M: int, N: int, K: int) -> _Traffic:
+    """Loads and stores of a convolution pass.  Each (row, reduction) element of A is loaded
+    once per column tile and each (reduction, column) element of B once per row tile, when its
+    mask is on: always for the filter and dy (forward), and for x only where the padded,
+    strided, dilated tap lands inside the image (a product over the two spatial axes)."""
+    gx, gy, G = grid
+    nb, C, H, W, Kc = g["n"], g["c"], g["h"], g["w"], g["k"]
+    P, Q, Cg, Kg, R, S = g["p_out"], g["q_out"], g["cg"], g["kg"], g["r"], g["s"]
+    (sh, sw), (ph, pw), (dh, dw) = g["stride"], g["padding"], g["dilation"]
+    x_dims, y_dims = (nb, C, H, W), (nb, Kc, P, Q)
+    x_all, y_all, w_all = nb * C * H * W * item, nb * Kc * P * Q * item, Kc * Cg * R * S * item
+    t = _Traffic()
+    if pass_ in ("fwd", "bwd_weights"):
+        vh, vw = _window(P, R, sh, ph, dh, H), _window(Q, S, sw, pw, dw, W)
+        x_span = _span4(x_dims, item, vh, vw)
+        x_lanes = nb * Cg * vh[0] * vw[0] * G            # valid (row, k) pairs over all groups
+    if pass_ == "fwd":
+        t.load("x", gx * x_lanes, item, x_span)
+        t.load("w", gy * G * K * N, item, [0, w_all])
+        t.store("y", G * M * N, item, [0, y_all])
+    elif pass_ == "bwd_data":
+        uh, uw = _pull(H, R, sh, ph, dh, P), _pull(W, S, sw, pw, dw, Q)
+        t.load("dy", gx * nb * Kg * uh[0] * uw[0] * G, item, _span4(y_dims, item, uh, uw))
+        t.load("w", gy * G * K * N, item, [0, w_all])
+        t.store("dx", G * M * N, item, [0, x_all])
+    else:
+        t.load("dy", gx * G * M * K, item, [0, y_all])
+        t.load("x", gy * x_lanes, item, x_span)
+        t.store("dw", G * M * N, item, [0, w_all])
+    return t
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -260,7 +417,20 @@ def attention_fwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal
     item = isa.np_dtype(dtype).itemsize
     program = kb.program(**_meta(group_size, "attention", attention_shared_bytes(bm, bn, d, item),
                                  bm * d + bm * bn, tile=[bm, bn], head_dim=d, causal=causal))
-    return program, (bm, bn)
+    gq = math.ceil(sq / bm)
+
+    def traffic(bh: int) -> _Traffic:
+        """Q, O and LSE rows once; every instance walks all of K and V (a causal mask zeroes
+        probabilities, it skips no tile)."""
+        t, qs, ks = _Traffic(), bh * sq * d, bh * sk * d
+        t.load("q", qs, item, [0, qs * item])
+        for p in ("k", "v"):
+            t.load(p, gq * ks, item, [0, ks * item])
+        t.store("o", qs, item, [0, qs * item])
+        t.store("lse", bh * sq, 4, [0, bh * sq * 4])
+        return t
+
+    return _attach_sliced(program, 1, lambda bh: (gq, bh, 1), traffic), (bm, bn)
 
 
 def attention_bwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal: bool, scale: float,
@@ -328,7 +498,23 @@ def attention_bwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal
     program = kb.program(**_meta(group_size, "attention_bwd",
                                  attention_shared_bytes(bm, bn, d, item, backward=True),
                                  2 * bn * d + 2 * bm * bn, tile=[bm, bn], head_dim=d, causal=causal))
-    return program, (bm, bn)
+    gk = math.ceil(sk / bn)
+
+    def traffic(bh: int) -> _Traffic:
+        """K (twice: both layouts) and V once; every instance walks all query rows, loading Q
+        and dO twice (both layouts), O and LSE once, and adds its dQ share (``store_reduce``)."""
+        t, qs, ks = _Traffic(), bh * sq * d, bh * sk * d
+        t.load("k", 2 * ks, item, [0, ks * item])
+        t.load("v", ks, item, [0, ks * item])
+        for p, times in (("q", 2), ("do", 2), ("o", 1)):
+            t.load(p, times * gk * qs, item, [0, qs * item])
+        t.load("lse", gk * bh * sq, 4, [0, bh * sq * 4])
+        t.store_reduce("dq", gk * qs, qs, item, dtype, [0, qs * item])
+        for p in ("dk", "dv"):
+            t.store(p, ks, item, [0, ks * item])
+        return t
+
+    return _attach_sliced(program, 1, lambda bh: (gk, bh, 1), traffic), (bm, bn)
 
 
 # ---- row kernels: norms and softmax ------------------------------------------------------------
@@ -377,7 +563,20 @@ def norm_fwd_kernel(name: str, kind: str, dtype: str, cols: int, eps: float, gro
     if kind == "layer":
         kb.emit(isa.Store(pmean, row, mean))
     kb.emit(isa.Store(prstd, row, rstd))
-    return kb.program(**_meta(group_size, f"{kind}_norm", 0, width, width=width))
+    program = kb.program(**_meta(group_size, f"{kind}_norm", 0, width, width=width))
+    item = isa.np_dtype(dtype).itemsize
+
+    def traffic(rows: int) -> _Traffic:
+        t, n = _Traffic(), rows * cols
+        t.load("x", n, item, [0, n * item])
+        for p in ("gamma", "beta") if kind == "layer" else ("gamma",):
+            t.load(p, n, item, [0, cols * item])          # every row reads the whole weight
+        t.store("y", n, item, [0, n * item])
+        for p in ("mean", "rstd") if kind == "layer" else ("rstd",):
+            t.store(p, rows, 4, [0, rows * 4])
+        return t
+
+    return _attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
 
 
 def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int):
@@ -410,7 +609,22 @@ def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int
     kb.emit(isa.StoreReduce(pdg, col, kb.binary("mul", dy, xhat), "sum", mask))
     if kind == "layer":
         kb.emit(isa.StoreReduce(pdb, col, dy, "sum", mask))
-    return kb.program(**_meta(group_size, f"{kind}_norm_bwd", 0, 3 * width, width=width))
+    program = kb.program(**_meta(group_size, f"{kind}_norm_bwd", 0, 3 * width, width=width))
+    item = isa.np_dtype(dtype).itemsize
+
+    def traffic(rows: int) -> _Traffic:
+        t, n = _Traffic(), rows * cols
+        for p in ("dy", "x"):
+            t.load(p, n, item, [0, n * item])
+        t.load("gamma", n, item, [0, cols * item])
+        for p in ("mean", "rstd") if kind == "layer" else ("rstd",):
+            t.load(p, rows, 4, [0, rows * 4])
+        t.store("dx", n, item, [0, n * item])
+        for p in ("dgamma", "dbeta") if kind == "layer" else ("dgamma",):
+            t.store_reduce(p, n, cols, item, dtype, [0, cols * item])   # one flush of cols
+        return t
+
+    return _attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
 
 
 def softmax_kernel(name: str, dtype: str, cols: int, backward: bool, log: bool, group_size: int):
@@ -439,8 +653,18 @@ def softmax_kernel(name: str, dtype: str, cols: int, backward: bool, log: bool, 
             dot = kb.emit(isa.Reduce(kb.reg(), "sum", kb.binary("mul", dy, y), -1))
             dx = kb.binary("mul", y, kb.binary("sub", dy, dot))
         kb.emit(isa.Store(ptrs[2], off, kb.emit(isa.Convert(kb.reg(), dx, dtype)), mask))
-    return kb.program(**_meta(group_size, "softmax_bwd" if backward else "softmax", 0, 2 * width,
-                              width=width))
+    program = kb.program(**_meta(group_size, "softmax_bwd" if backward else "softmax", 0, 2 * width,
+                                 width=width))
+    item = isa.np_dtype(dtype).itemsize
+
+    def traffic(rows: int) -> _Traffic:
+        t, n = _Traffic(), rows * cols
+        for p in names[:-1]:
+            t.load(p, n, item, [0, n * item])
+        t.store(names[-1], n, item, [0, n * item])
+        return t
+
+    return _attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
 
 
 # ---- pooling -----------------------------------------------------------------------------------
@@ -486,7 +710,15 @@ def pool2d_fwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, gro
     if mode == "max":
         kb.emit(isa.Store(pidx, flat, best, mask))
     grid = (math.ceil(total / block), 1, 1)
-    return kb.program(**_meta(group_size, "pool2d", 0, 2 * block, mode=mode)), grid
+    program = kb.program(**_meta(group_size, "pool2d", 0, 2 * block, mode=mode))
+    item, nc = isa.np_dtype(dtype).itemsize, g["n"] * g["c"]
+    vh, vw = _window(P, R, sh, ph, 1, H), _window(Q, S, sw, pw, 1, W)
+    t = _Traffic()
+    t.load("x", nc * vh[0] * vw[0], item, _span4((nc, 1, H, W), item, vh, vw))
+    t.store("y", total, item, [0, total * item])
+    if mode == "max":
+        t.store("indices", total, 8, [0, total * 8])
+    return _attach(program, grid, t), grid
 
 
 def pool2d_bwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, group_size: int):
@@ -531,7 +763,16 @@ def pool2d_bwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, gro
     _loop(kb, var, 0, R * S, 1, start)
     kb.emit(isa.Store(pdx, flat, kb.emit(isa.Convert(kb.reg(), acc, dtype)), mask))
     grid = (math.ceil(total / block), 1, 1)
-    return kb.program(**_meta(group_size, "pool2d_bwd", 0, 2 * block, mode=mode)), grid
+    program = kb.program(**_meta(group_size, "pool2d_bwd", 0, 2 * block, mode=mode))
+    item, nc = isa.np_dtype(dtype).itemsize, g["n"] * g["c"]
+    uh, uw = _pull(H, R, sh, ph, 1, P), _pull(W, S, sw, pw, 1, Q)
+    lanes = nc * uh[0] * uw[0]
+    t = _Traffic()
+    t.load("dy", lanes, item, _span4((nc, 1, P, Q), item, uh, uw))
+    if mode == "max":
+        t.load("indices", lanes, 8, _span4((nc, 1, P, Q), 8, uh, uw))
+    t.store("dx", total, item, [0, total * item])
+    return _attach(program, grid, t), grid
 
 
 def fill_kernel(name: str, dtype: str, value: float, block: int, group_size: int):
@@ -542,4 +783,12 @@ def fill_kernel(name: str, dtype: str, value: float, block: int, group_size: int
     flat = kb.iadd(kb.imul(kb.pid(0), block), kb.arange(block))
     mask = kb.binary("lt", flat, kb.emit(isa.ScalarArg(kb.reg(), "n")))
     kb.emit(isa.Store(po, flat, kb.const(value, dtype), mask))
-    return kb.program(**_meta(group_size, "fill", 0, block))
+    program = kb.program(**_meta(group_size, "fill", 0, block))
+    # generic over its length: one stored element per output, index arithmetic per instance
+    # (no footprint: with every byte written once, the traffic is the footprint)
+    per_instance = _counts(program, (1, 1, 1), _Traffic())["vector_flops"]
+    program.meta["estimate"] = {
+        "kind": "outputs", "m": "n", "n": 1,
+        "per_output": {"bytes_written": isa.np_dtype(dtype).itemsize,
+                       "vector_flops_per_instance": per_instance}}
+    return program

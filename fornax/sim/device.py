@@ -118,6 +118,8 @@ def _per_output(c: Counters, est: dict, outputs: int) -> None:
         return
     for dt, f in per.get("vector_flops", {}).items():
         c.add_flops(c.vector_flops, dt, float(f) * outputs)
+    for dt, f in per.get("vector_flops_per_instance", {}).items():   # e.g. index arithmetic
+        c.add_flops(c.vector_flops, dt, float(f) * c.instances)
     c.bytes_read += int(float(per.get("bytes_read", 0)) * outputs)
     c.bytes_read += int(per.get("bytes_read_per_instance", 0)) * c.instances
     if "bytes_written" in per:
@@ -132,6 +134,9 @@ def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) 
     :func:`~fornax.sim.cost.gemm_counters`, its sizes either baked in or
     named scalar arguments, plus any fused epilogue's work; ``kind = "outputs"``: a
     shape-generic elementwise pass over ``grid[2] x m x n`` outputs (``per_output`` work).
+    A ``"counters"`` estimate may carry ``per_slice`` (``axis`` plus counters and footprint
+    growth): the counts given are for a launch one slice wide along that grid axis (a kernel
+    generic over, say, its batch) and grow by ``per_slice`` with every further slice.
     """
     est = program.meta.get("estimate")
     if not isinstance(est, dict):
@@ -160,10 +165,21 @@ def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) 
                      vector_flops=dict(est["vector_flops"]), bytes_read=int(est["bytes_read"]),
                      bytes_written=int(est["bytes_written"]),
                      instructions=int(est.get("instructions", 0)))
+    step = est.get("per_slice") or {}
+    extra = grid[int(step["axis"])] - 1 if step else 0
+    if extra:
+        c.instances += int(step["instances"]) * extra
+        for table, key in ((c.matrix_flops, "matrix_flops"), (c.vector_flops, "vector_flops")):
+            for dt, f in step.get(key, {}).items():
+                c.add_flops(table, dt, float(f) * extra)
+        c.bytes_read += int(step["bytes_read"]) * extra
+        c.bytes_written += int(step["bytes_written"]) * extra
     for table, key in ((c.read_ranges, "read"), (c.write_ranges, "write")):
         if key in est:
+            grow = step.get(key, {})
             table.clear()
-            table.update({p: (int(args[p]) + lo, int(args[p]) + hi) for p, (lo, hi) in est[key].items()})
+            table.update({p: (int(args[p]) + lo, int(args[p]) + hi + extra * int(grow.get(p, 0)))
+                          for p, (lo, hi) in est[key].items()})
         else:  # gemm_counters lays its buffers out from address 0: rebase on the arguments
             table.update({p: (int(args[p]), int(args[p]) + hi - lo) for p, (lo, hi) in table.items()})
     return c

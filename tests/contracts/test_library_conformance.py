@@ -194,3 +194,127 @@ def test_row_routines_are_checked_and_a_wrong_softmax_backward_fails_l09():
     bad = type("BadSoftmax", (good,), {"softmax_bwd": softmax_bwd})
     result = run_clause(_clause("L09"), _broken("softmax", base=bad))
     assert not result.passed and "softmax_bwd" in result.detail
+
+
+# -- the clauses on the routines beside GEMM (L10-L14) ------------------------------------------
+def test_new_clauses_fail_for_null_naming_the_routine():
+    vendor = get_vendor("null")
+    named = {"L11": "library.conv2d_fwd", "L12": "library.attention_fwd", "L13": "library.pool2d_fwd",
+             "L14": "library.communicator"}
+    for cid, hook in named.items():
+        result = run_clause(_clause(cid), vendor)
+        assert not result.passed and f"not implemented: {hook}" in result.detail, result.line()
+    result = run_clause(_clause("L10"), vendor)
+    assert not result.passed and "not implemented: " in result.detail
+
+
+def test_a_gemm_that_ignores_deterministic_mode_fails_l10():
+    def gemm(self, a, b, c, params, stream=None):
+        return CudaLikeLibrary.gemm(self, a, b, c, {**params, "deterministic": False}, stream)
+    result = run_clause(_clause("L10"), _broken("fast", gemm=gemm))
+    assert not result.passed and "different bits" in result.detail and "k=512" in result.detail
+
+
+def test_a_gemm_that_drops_beta_fails_l10():
+    def gemm(self, a, b, c, params, stream=None):
+        return CudaLikeLibrary.gemm(self, a, b, c, {**params, "beta": 0.0}, stream)
+    result = run_clause(_clause("L10"), _broken("nobeta", gemm=gemm))
+    assert not result.passed and "beta=-1.5" in result.detail and "outside tolerance" in result.detail
+
+
+def test_a_family_without_fp8_must_refuse_it_in_l10():
+    """xpu-like lists no fp8 and refuses it; a library that silently runs fp8 as float32 fails."""
+    from fornax.vendors.xpu_like import VENDOR as XPU
+    from fornax.vendors.xpu_like.library import XpuLikeLibrary
+    assert "float8_e4m3fn" not in XPU.facts["library"]["gemm_dtypes"]
+
+    def gemm(self, a, b, c, params, stream=None):
+        if str(params["dtype"]).startswith("float8"):
+            params = {**params, "dtype": "float32"}
+        return XpuLikeLibrary.gemm(self, a, b, c, params, stream)
+    result = run_clause(_clause("L10"), _broken("fp8", base=XpuLikeLibrary, vendor=XPU, gemm=gemm))
+    assert not result.passed and "float8_e4m3fn" in result.detail and "no error was raised" in result.detail
+
+
+def test_a_slightly_wrong_weight_gradient_fails_l11():
+    def conv2d_bwd_weights(self, x, dy, dw, params, stream=None):
+        rec = CudaLikeLibrary.conv2d_bwd_weights(self, x, dy, dw, params, stream)
+        dt = DType.of(params["dtype"]).numpy
+        shape = (params["k"], params["c"] // params.get("groups", 1), params["r"], params["s"])
+        out = np.empty(shape, dt)
+        self.runtime.memcpy_d2h(out, dw)
+        self.runtime.memcpy_h2d(dw, (out.astype(np.float64) * (1 + 1e-4)).astype(dt))
+        return rec
+    result = run_clause(_clause("L11"), _broken("dw", conv2d_bwd_weights=conv2d_bwd_weights))
+    assert not result.passed and "float32 conv2d_bwd_weights" in result.detail
+    assert "outside tolerance" in result.detail
+
+
+def test_an_attention_backward_without_the_causal_mask_fails_l12():
+    def attention_bwd(self, q, k, v, o, do, lse, dq, dk, dv, params, stream=None):
+        return CudaLikeLibrary.attention_bwd(self, q, k, v, o, do, lse, dq, dk, dv,
+                                             {**params, "causal": False}, stream)
+    result = run_clause(_clause("L12"), _broken("mask", attention_bwd=attention_bwd))
+    assert not result.passed and "causal=True: dq" in result.detail
+
+
+def test_average_pooling_that_excludes_padding_fails_l13():
+    def pool2d_fwd(self, x, y, params, indices=None, stream=None):
+        rec = CudaLikeLibrary.pool2d_fwd(self, x, y, params, indices, stream)
+        if params["mode"] == "avg" and any(params["padding"]):   # divide by the real inputs only
+            n, c, h, w = (params[key] for key in ("n", "c", "h", "w"))
+            (r, s), (sh, sw), (ph, pw) = params["kernel"], params["stride"], params["padding"]
+            ones = np.pad(np.ones((h, w)), ((ph, ph), (pw, pw)))
+            P, Q = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
+            cnt = np.array([[ones[i * sh:i * sh + r, j * sw:j * sw + s].sum() for j in range(Q)]
+                            for i in range(P)])
+            dt = DType.of(params["dtype"]).numpy
+            out = np.empty((n, c, P, Q), dt)
+            self.runtime.memcpy_d2h(out, y)
+            self.runtime.memcpy_h2d(y, (out.astype(np.float64) * (r * s) / cnt).astype(dt))
+        return rec
+    result = run_clause(_clause("L13"), _broken("avgpad", pool2d_fwd=pool2d_fwd))
+    assert not result.passed and "avg pool2d" in result.detail and ": y" in result.detail
+
+
+def test_an_all_reduce_that_skips_one_ranks_contribution_fails_l14():
+    from fornax.layers.collectives import Communicator
+
+    class SkipLast(Communicator):
+        def _run(self, calls):
+            c0, last = calls[0], calls[-1]
+            if c0.op == "all_reduce":
+                zero = self.malloc(last.rank, max(4, c0.count * c0.dtype.itemsize))
+                self.upload(last.rank, zero, np.zeros(c0.count, c0.dtype.numpy))
+                last.send = zero
+            return super()._run(calls)
+
+    def communicator(self, devices=None, timeout_s=None):
+        return SkipLast(self, devices, timeout_s)
+    result = run_clause(_clause("L14"), _broken("skip", communicator=communicator))
+    assert not result.passed and "all_reduce sum over 2 ranks" in result.detail
+
+
+def test_a_watchdog_error_without_a_code_fails_l14():
+    from fornax.layers.collectives import Communicator
+    from fornax.layers.errors import FornaxError
+
+    class Uncoded(Communicator):
+        def _watchdog(self, ranks):
+            try:
+                super()._watchdog(ranks)
+            except FornaxError as exc:
+                raise FornaxError(exc.message, seam="library") from None
+
+    def communicator(self, devices=None, timeout_s=None):
+        return Uncoded(self, devices, timeout_s)
+    result = run_clause(_clause("L14"), _broken("uncoded", communicator=communicator))
+    assert not result.passed and "no vendor code" in result.detail
+
+
+def test_subject_connects_its_devices_once():
+    from fornax.contracts.base import Subject
+    s = Subject(CUDA)
+    topo = s.connect()
+    assert topo is s.connect() and topo.devices == len(s.devices) == 2
+    assert all(d.topology is topo for d in s.devices)
