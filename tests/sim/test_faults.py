@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernels import scale_program
 from fornax.sim import isa
 from fornax.sim.device import Device
 from fornax.sim.faults import (
@@ -28,14 +29,7 @@ TINY = load_spec("tiny")
 
 def triple() -> isa.Program:
     """dst[i] = src[i] * 3 for i < 64."""
-    return isa.verify(isa.Program("triple", (isa.Param("src", "ptr", "float32"),
-                                             isa.Param("dst", "ptr", "float32")), (
-        isa.Arange("%i", 64),
-        isa.Load("%v", "src", "%i"),
-        isa.Const("%three", 3.0, "float32"),
-        isa.Binary("%w", "mul", "%v", "%three"),
-        isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64}))
+    return scale_program()
 
 
 def setup(plan: FaultPlan | None = None):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from kernels import scale_program
 from fornax.cli.main import main
 from fornax.layers.compiler import Target
 from fornax.layers.errors import (
@@ -77,14 +78,7 @@ def assert_code(err: FornaxError, vendor: str, name: str, value: int) -> None:
 
 
 def triple() -> isa.Program:
-    return isa.verify(isa.Program("triple", (isa.Param("src", "ptr", "float32"),
-                                             isa.Param("dst", "ptr", "float32")), (
-        isa.Arange("%i", 64),
-        isa.Load("%v", "src", "%i"),
-        isa.Const("%three", 3.0, "float32"),
-        isa.Binary("%w", "mul", "%v", "%three"),
-        isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64}))
+    return scale_program()
 
 
 def make(vendor: str, devices: int = 1):

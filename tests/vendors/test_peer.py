@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from kernels import scale_program
 from fornax.cli.main import main
 from fornax.layers.compiler import Target
 from fornax.layers.errors import ConfigError, FornaxError, NotSupportedError
@@ -52,14 +53,7 @@ def make_driver(vendor: str, kind: str | None = "switch", devices: int = N):
 
 def triple_program() -> isa.Program:
     """dst[i] = src[i] * 3 for i < 64."""
-    return isa.verify(isa.Program("triple", (isa.Param("src", "ptr", "float32"),
-                                             isa.Param("dst", "ptr", "float32")), (
-        isa.Arange("%i", 64),
-        isa.Load("%v", "src", "%i"),
-        isa.Const("%three", 3.0, "float32"),
-        isa.Binary("%w", "mul", "%v", "%three"),
-        isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64}))
+    return scale_program()
 
 
 def load_triple(vendor, drv, ctx):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernels import scale_program
 from fornax import report as report_mod
 from fornax.layers.compiler import Target
 from fornax.sim import isa
@@ -21,15 +22,8 @@ NEW = SRC * 3                               # what the writer stores
 
 
 def _program(name: str, factor: float) -> isa.Program:
-    """dst[i] = src[i] * factor for i < 64."""
-    return isa.verify(isa.Program(name, (isa.Param("src", "ptr", "float32"),
-                                         isa.Param("dst", "ptr", "float32")), (
-        isa.Arange("%i", N),
-        isa.Load("%v", "src", "%i"),
-        isa.Const("%f", factor, "float32"),
-        isa.Binary("%w", "mul", "%v", "%f"),
-        isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64}))
+    """dst[i] = src[i] * factor for i < N."""
+    return scale_program(name, factor, N)
 
 
 def setup(vendor: str):

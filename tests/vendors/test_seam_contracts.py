@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernels import scale_program
 from fornax.layers.binary import KernelBinary
 from fornax.layers.compiler import Target
 from fornax.layers.errors import (
@@ -162,14 +163,7 @@ def oob_program() -> isa.Program:
 
 def copy_program() -> isa.Program:
     """dst[i] = src[i] * 3 for i < 64 (an in-bounds kernel of the same shape)."""
-    return isa.verify(isa.Program("triple", (isa.Param("src", "ptr", "float32"),
-                                             isa.Param("dst", "ptr", "float32")), (
-        isa.Arange("%i", 64),
-        isa.Load("%v", "src", "%i"),
-        isa.Const("%three", 3.0, "float32"),
-        isa.Binary("%w", "mul", "%v", "%three"),
-        isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64}))
+    return scale_program()
 
 
 def own_image(vendor: str, driver, programs) -> KernelBinary:
