@@ -29,7 +29,7 @@ from .binary import KernelBinary
 from .compile_cache import CompileCache, cache_key, fornax_version
 from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .tiling import choose_gemm_tile
-from .graph import DType, Graph, Value
+from .graph import OPS, DType, Graph, Value
 from .passes import route as routing
 from .passes.cse import cse
 from .passes.dce import dce
@@ -78,7 +78,7 @@ class KernelStep:
 
 @dataclass(frozen=True)
 class LibraryStep:
-    routine: str                   # "gemm"
+    routine: str                   # "gemm", "conv2d_fwd" or "attention_fwd"
     buffers: dict                  # role -> buffer id
     params: dict
     ops: tuple[str, ...]
@@ -210,7 +210,8 @@ class CompilerBase:
     # -- compile cache (one place; memory + disk levels in layers/compile_cache.py) ----------
     def _fingerprint(self, graph: Graph, target: Target, routines: frozenset,
                      options: CompileOptions | None = None) -> str:
-        identity = {"vendor": self.vendor, "compiler": self.facts["compiler"], "fornax": fornax_version()}
+        identity = {"vendor": self.vendor, "compiler": self.facts["compiler"], "fornax": fornax_version(),
+                    "dnn": self.facts.get("library", {}).get("dnn")}
         return cache_key(graph, target, identity,
                          f"{sorted(routines)}|{(options or CompileOptions()).key()}")
 
@@ -271,15 +272,17 @@ class CompilerBase:
                                   seam="compiler") from None
 
     def run_graph_passes(self, graph: Graph, options: CompileOptions | None = None,
-                         log: list[str] | None = None, records: list[dict] | None = None) -> Graph:
-        """The graph-to-graph passes in order (each one that ``options`` enables)."""
+                         log: list[str] | None = None, records: list[dict] | None = None,
+                         keep=frozenset()) -> Graph:
+        """The graph-to-graph passes in order (each one that ``options`` enables); ``keep``
+        (op names or a node predicate) leaves composites whole for the library."""
         options = options or self.options
         self._dump(options, graph.name, 0, "input", str(graph))
         for i, name in enumerate(GRAPH_PASSES, 1):
             if not options.enabled(name):
                 continue
             before = len(graph.nodes)
-            graph = _GRAPH_PASS_FNS[name](graph)
+            graph = decompose(graph, keep) if name == "decompose" else _GRAPH_PASS_FNS[name](graph)
             if log is not None:
                 log.append(f"{name}: {before} -> {len(graph.nodes)} ops")
             if records is not None:
@@ -291,8 +294,13 @@ class CompilerBase:
                  options: CompileOptions) -> CompiledGraph:
         log = [f"input: {len(graph.nodes)} ops"]
         records: list[dict] = []
-        lowered = self.run_graph_passes(graph, options, log, records)
         library_ops = routing.library_ops(self.route, routines)
+        dnn = self.facts.get("library", {}).get("dnn")
+
+        def to_library(node) -> bool:        # a whole composite the library's DNN routines compute
+            return node.op in library_ops and routing.library_call(node, dnn) is not None
+
+        lowered = self.run_graph_passes(graph, options, log, records, keep=to_library)
         groups = fuse(lowered, library_ops, enabled=options.enabled("fuse"))
         io = group_io(lowered, groups)
         n_lib = sum(g.kind == "library" for g in groups)
@@ -328,6 +336,20 @@ class CompilerBase:
                 x, y = node.inputs[0], node.outputs[0]
                 steps.append(CollectiveStep(node.op, {"x": buf(x, "temp"), "y": buf(y, "temp")},
                                             y.type.nbytes, node.attrs["ranks"], ops))
+                continue
+            if group.kind == "library" and node_is_composite(group.nodes[0]):
+                node = group.nodes[0]
+                routine, prm = routing.library_call(node, dnn)
+                roles = ("x", "w") if routine == "conv2d_fwd" else ("q", "k", "v")
+                bufs = {r: buf(v, "temp") for r, v in zip(roles, node.inputs)}
+                bufs["y" if routine == "conv2d_fwd" else "o"] = buf(node.outputs[0], "temp")
+                if routine == "attention_fwd":       # the saved log-sum-exp: a float32 temporary
+                    bid = len(buffers)
+                    buffers[bid] = Buffer(bid, f"{name}_lse", (prm["batch"] * prm["heads"], prm["seq_q"]),
+                                          DType.FLOAT32, "temp")
+                    bufs["lse"] = bid
+                steps.append(LibraryStep(routine, bufs, prm, ops))
+                log.append(f"library {name}: {node.op} -> {routine}")
                 continue
             if group.kind == "library":
                 node = group.nodes[0]
@@ -399,6 +421,11 @@ class CompilerBase:
                 "matrix_shape": list(self.matrix_shape), "routes_to_library": sorted(self.route),
                 **self.counts, "compile_wall_s": self.compile_wall_s,
                 "compile_cache": self.compile_cache.report()}
+
+
+def node_is_composite(node) -> bool:
+    """Whether a library group's node is a whole composite (a DNN routine) rather than a GEMM."""
+    return OPS[node.op].kind == "composite"
 
 
 def _step_buffers(step) -> list[int]:

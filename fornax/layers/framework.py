@@ -322,7 +322,13 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
                     raise FornaxError("the plan calls a library but the stack has none",
                                       seam="framework", op=step.routine)
                 b = step.buffers
-                library.gemm(ptrs[b["a"]], ptrs[b["b"]], ptrs[b["c"]], step.params, stream)
+                if step.routine == "conv2d_fwd":
+                    library.conv2d_fwd(ptrs[b["x"]], ptrs[b["w"]], ptrs[b["y"]], step.params, stream)
+                elif step.routine == "attention_fwd":
+                    library.attention_fwd(ptrs[b["q"]], ptrs[b["k"]], ptrs[b["v"]], ptrs[b["o"]],
+                                          ptrs[b["lse"]], step.params, stream)
+                else:
+                    library.gemm(ptrs[b["a"]], ptrs[b["b"]], ptrs[b["c"]], step.params, stream)
             elif isinstance(step, CollectiveStep):
                 if collective is None:
                     raise FornaxError(f"{step.routine} over {step.ranks} ranks needs the other ranks: "

@@ -12,19 +12,23 @@ from ..graph import OPS, Graph, Node, Value
 from . import rebuild
 
 
-def decompose(graph: Graph, keep: frozenset = frozenset()) -> Graph:
-    """Replace composite ops (except those in ``keep``) by their decompositions."""
+def decompose(graph: Graph, keep=frozenset()) -> Graph:
+    """Replace composite ops (except those in ``keep``: op names, or a predicate on the node)
+    by their decompositions."""
+    def kept(node: Node) -> bool:
+        return keep(node) if callable(keep) else node.op in keep
+
     def rewrite(out: Graph, node: Node, args: list[Value]) -> Value | None:
         if node.op == "all_reduce" and node.attrs.get("ranks") == 1:
             return args[0]                       # a sum over one rank is the value itself
         opdef = OPS[node.op]
-        if opdef.decompose is not None and node.op not in keep:
+        if opdef.decompose is not None and not kept(node):
             return opdef.decompose(out, args, node.attrs)
         return None
     # a decomposition may use other composites (layer norm -> reduce_mean): repeat until none is left
     for _ in range(8):
         graph = rebuild(graph, rewrite)
-        if not any(OPS[n.op].decompose is not None and n.op not in keep for n in graph.nodes):
+        if not any(OPS[n.op].decompose is not None and not kept(n) for n in graph.nodes):
             break
     return graph
 

@@ -2,7 +2,7 @@
 
 Groups, in topological order:
 
-* ``library`` — one matmul routed to the library;
+* ``library`` — one matmul, or one whole convolution / attention, routed to the library;
 * ``gemm`` — a generated matmul plus the elementwise ops that consume it on
   its output shape (a fused epilogue);
 * ``pointwise`` — a chain of elementwise ops over one shape (a layout op
@@ -54,6 +54,10 @@ def fuse(graph: Graph, library_ops: frozenset, enabled: bool = True) -> list[Gro
             cur = None
         out = node.outputs[0]
         kind = OPS[node.op].kind
+        if kind == "composite" and node.op in library_ops:    # a whole op kept for a DNN routine
+            start(Group("library", [node], out.shape, closed=True))
+            cur = None
+            continue
         if kind == "matmul":
             if node.op in library_ops:
                 start(Group("library", [node], out.shape, closed=True))
