@@ -58,10 +58,9 @@ def stage_text(stack, graph, emit: str, fmt: str | None = None):
                           "(every step is a library call), so there is no binary to show")
     if emit == "binary":
         return plan.binary.data
-    disassemble = getattr(compiler, "disassemble", None)
-    if disassemble is None:
+    if getattr(compiler, "disassemble", None) is None:     # a third-party compiler without the base
         raise ConfigError(f"the {compiler.vendor} compiler has no text form for {plan.binary.format}")
-    return disassemble(plan.binary)
+    return compiler.disassemble(plan.binary)
 
 
 @click.command("compile")

@@ -192,6 +192,15 @@ class CompilerBase:
 
     #: vendor hook: binary format -> encoder(programs, arch, producer) -> KernelBinary
     encoders: dict = {}
+    #: vendor hook: binary -> the family's readable text form (None: the family has none)
+    disassembler = None
+
+    def disassemble(self, binary: KernelBinary) -> str:
+        """The family's text form of one of its binaries (``fornax compile --emit asm``)."""
+        if self.disassembler is None:
+            raise CompileError(f"the {self.vendor} compiler has no text form for {binary.format}",
+                               seam="compiler", vendor=self.vendor)
+        return self.disassembler(binary)
 
     def emit(self, programs: list[Program], target: Target) -> KernelBinary:
         """Pack the generated kernels into the negotiated format for the target."""

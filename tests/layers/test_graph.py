@@ -4,6 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import expect_graph_error
 from fornax.layers.compiler import decompose
 from fornax.layers.errors import GraphError
 from fornax.layers.graph import OPS, DType, Graph, Node, TensorType, Value
@@ -53,13 +54,7 @@ def test_dtype_helpers():
         DType.of(np.complex128)
 
 
-def _err(fn, *fragments):
-    with pytest.raises(GraphError) as info:
-        fn()
-    msg = str(info.value)
-    for f in fragments:
-        assert f in msg, msg
-    return info.value
+_err = expect_graph_error
 
 
 def test_graph_errors():

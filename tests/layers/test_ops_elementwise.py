@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import erf as sp_erf
 
-from fornax.layers.errors import GraphError
+from helpers import expect_graph_error
 from fornax.layers.graph import DType, Graph, promote_types
 from fornax.stack import compose, make_config
 
@@ -248,11 +248,7 @@ _STACKS = {v: compose(make_config(v, spec="tiny")) for v in VENDORS}
 
 
 # ---- verifier messages --------------------------------------------------------------------------
-def _err(fn, *fragments):
-    with pytest.raises(GraphError) as info:
-        fn()
-    for f in fragments:
-        assert f in str(info.value), str(info.value)
+_err = expect_graph_error
 
 
 def test_verifier_messages():

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fornax.layers.errors import GraphError
+from helpers import expect_graph_error
 from fornax.layers.graph import DType, Graph
 from fornax.stack import compose, make_config
 
@@ -91,11 +91,7 @@ def test_slice_pad_concat_random(shape, data):
         np.testing.assert_array_equal(out, ref)
 
 
-def _err(fn, *fragments):
-    with pytest.raises(GraphError) as info:
-        fn()
-    for f in fragments:
-        assert f in str(info.value), str(info.value)
+_err = expect_graph_error
 
 
 def test_verifier_messages():

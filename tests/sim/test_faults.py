@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import scale_program
+from helpers import scale_program
 from fornax.sim import isa
 from fornax.sim.device import Device
 from fornax.sim.faults import (

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from kernels import scale_program
+from helpers import scale_program
 from fornax.cli.main import main
 from fornax.layers.compiler import Target
 from fornax.layers.errors import (

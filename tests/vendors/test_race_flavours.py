@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import scale_program
+from helpers import scale_program
 from fornax import report as report_mod
 from fornax.layers.compiler import Target
 from fornax.sim import isa

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import scale_program
+from helpers import scale_program
 from fornax.layers.compiler import Target
 from fornax.layers.errors import FornaxError
 from fornax.sim import isa

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import scale_program
+from helpers import scale_program
 from fornax.layers.binary import KernelBinary
 from fornax.layers.compiler import Target
 from fornax.layers.errors import (

@@ -97,6 +97,4 @@ class CudaLikeCompiler(CompilerBase):
     facts = FACTS
     encoders = ENCODERS
     dialect = DIALECT
-
-    def disassemble(self, binary: KernelBinary) -> str:
-        return disassemble(binary)
+    disassembler = staticmethod(disassemble)

@@ -49,6 +49,4 @@ class RocmLikeCompiler(CompilerBase):
     facts = FACTS
     encoders = ENCODERS
     dialect = DIALECT
-
-    def disassemble(self, binary: KernelBinary) -> str:
-        return disassemble(binary)
+    disassembler = staticmethod(disassemble)

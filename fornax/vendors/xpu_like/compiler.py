@@ -54,6 +54,4 @@ class XpuLikeCompiler(CompilerBase):
     facts = FACTS
     encoders = ENCODERS
     dialect = DIALECT
-
-    def disassemble(self, binary: KernelBinary) -> str:
-        return disassemble(binary)
+    disassembler = staticmethod(disassemble)

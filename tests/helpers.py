@@ -1,4 +1,4 @@
-"""Small hand-written ISA kernels shared by the tests."""
+"""Small helpers shared by the tests: a hand-written ISA kernel, graph-error checks."""
 
 from __future__ import annotations
 
@@ -15,3 +15,17 @@ def scale_program(name: str = "triple", factor: float = 3.0, n: int = 64) -> isa
         isa.Binary("%w", "mul", "%v", "%f"),
         isa.Store("dst", "%i", "%w"),
     ), {"group_size": 64}))
+
+
+def expect_graph_error(fn, *fragments: str):
+    """``fn`` must raise a GraphError whose message holds every fragment; returns the error."""
+    import pytest
+
+    from fornax.layers.errors import GraphError
+
+    with pytest.raises(GraphError) as info:
+        fn()
+    msg = str(info.value)
+    for f in fragments:
+        assert f in msg, msg
+    return info.value
