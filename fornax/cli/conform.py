@@ -21,9 +21,9 @@ from .main import debug_option, handle_errors
 @debug_option
 @handle_errors
 def conform(seam, vendor, impl, as_json, debug):
-    """Check an implementation of SEAM (driver, runtime, compiler, library) clause by clause."""
+    """Check an implementation of SEAM (driver, runtime, compiler, library, framework) clause by clause."""
     from .. import contracts  # noqa: F401
-    from ..contracts import compiler, driver, library, runtime  # noqa: F401  (register the suites)
+    from ..contracts import compiler, driver, framework, library, runtime  # noqa: F401  (register the suites)
     if seam not in SUITES:
         raise ConfigError(f"no conformance suite for seam {seam!r}; suites: {', '.join(sorted(SUITES))}")
     if (vendor is None) == (impl is None):

@@ -168,7 +168,7 @@ def run_clause(c: Clause, vendor: Vendor) -> Result:
 
 
 def run_suite(seam: str, vendor: Vendor) -> list[Result]:
-    from . import compiler, driver, library, runtime  # noqa: F401  (registers the clauses)
+    from . import compiler, driver, framework, library, runtime  # noqa: F401  (registers the clauses)
     if seam not in SUITES:
         raise ConfigError(f"no conformance suite for seam {seam!r}; suites: {', '.join(sorted(SUITES))}")
     return [run_clause(c, vendor) for c in SUITES[seam]]

@@ -26,7 +26,7 @@ def pytest_generate_tests(metafunc) -> None:
     if "fornax_clause" not in metafunc.fixturenames:
         return
     from .base import SUITES
-    from . import compiler, driver, library, runtime  # noqa: F401  (register the suites)
+    from . import compiler, driver, framework, library, runtime  # noqa: F401  (register the suites)
     impls = metafunc.config.getoption("fornax_impl") or list(BUILTIN)
     seams = metafunc.config.getoption("fornax_seam") or sorted(SUITES)
     params, ids = [], []

@@ -197,6 +197,11 @@ class CachingAllocator:
         self._cache(block)
         return size
 
+    def reset_peak(self) -> None:
+        """Peaks restart from the current values (torch.cuda.reset_peak_memory_stats)."""
+        self.stats["peak_allocated_bytes"] = self.stats["allocated_bytes"]
+        self.stats["peak_reserved_bytes"] = self.stats["reserved_bytes"]
+
     def empty_cache(self) -> int:
         """Release every segment that is wholly free; the bytes released."""
         released = 0

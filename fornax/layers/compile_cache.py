@@ -69,8 +69,14 @@ def default_directory() -> Path | None:
     return base / "fornax"
 
 
-def cache_key(graph, target, compiler: dict, options: str) -> str:
-    """The content address of one compilation (see the module docstring)."""
+def identity_text(compiler: dict) -> str:
+    """The compiler's part of a cache key (vendor, facts, fornax version) as canonical JSON."""
+    return json.dumps(compiler, sort_keys=True, default=str)
+
+
+def cache_key(graph, target, compiler: dict | str, options: str) -> str:
+    """The content address of one compilation (see the module docstring).  ``compiler``:
+    the compiler's identity, or its :func:`identity_text` worked out before (the same key)."""
     h = hashlib.sha256(b"fornax compile cache v%d\0" % VERSION)
     h.update(str(graph).encode())
     for v in graph.constants:
@@ -78,7 +84,7 @@ def cache_key(graph, target, compiler: dict, options: str) -> str:
         h.update(f"\0{v.name}:{arr.dtype.name}:{arr.shape}\0".encode())
         h.update(arr.tobytes())
     h.update(f"\0{target.arch}|{target.format}|{target.compute_units}\0".encode())
-    h.update(json.dumps(compiler, sort_keys=True, default=str).encode())
+    h.update((compiler if isinstance(compiler, str) else identity_text(compiler)).encode())
     h.update(b"\0" + options.encode())
     return h.hexdigest()
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..sim.isa import Program
 from . import codegen
 from .binary import KernelBinary
-from .compile_cache import CompileCache, cache_key, fornax_version
+from .compile_cache import CompileCache, cache_key, fornax_version, identity_text
 from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .tiling import choose_gemm_tile
 from .graph import OPS, DType, Graph, Value
@@ -219,10 +219,21 @@ class CompilerBase:
     # -- compile cache (one place; memory + disk levels in layers/compile_cache.py) ----------
     def _fingerprint(self, graph: Graph, target: Target, routines: frozenset,
                      options: CompileOptions | None = None) -> str:
-        identity = {"vendor": self.vendor, "compiler": self.facts["compiler"], "fornax": fornax_version(),
-                    "dnn": self.facts.get("library", {}).get("dnn")}
-        return cache_key(graph, target, identity,
+        return cache_key(graph, target, self._identity(),
                          f"{sorted(routines)}|{(options or CompileOptions()).key()}")
+
+    def _identity(self) -> str:
+        """This compiler's part of every cache key, as canonical JSON.  Worked out again only
+        when the vendor, the facts tables or the fornax version is another object: facts are
+        data, read when the compiler is built and never edited in place."""
+        parts = (self.vendor, self.facts["compiler"], fornax_version(),
+                 self.facts.get("library", {}).get("dnn"))
+        memo = self.__dict__.get("_identity_memo")
+        if memo is None or any(a is not b for a, b in zip(memo[0], parts)):
+            text = identity_text({"vendor": parts[0], "compiler": parts[1], "fornax": parts[2],
+                                  "dnn": parts[3]})
+            memo = self._identity_memo = (parts, text)
+        return memo[1]
 
     def _cache_get(self, key: str, graph: Graph) -> CompiledGraph | None:
         plan = self.compile_cache.get(key, graph)

@@ -20,7 +20,8 @@ import numpy as np
 
 from .compiler import (CollectiveStep, CompiledGraph, Compiler, KernelStep, LibraryStep, Target,
                        decompose)
-from .errors import FornaxError, InvalidArgumentError
+from .errors import ConfigError, FornaxError, InvalidArgumentError
+from .face import AutocastPolicy, TorchFace, aten_name, device_properties, parse_torch_face
 from .graph import OPS, DType, Graph, Node, Value
 from .library import Library
 from .runtime import Runtime
@@ -59,6 +60,8 @@ class Face:
     version: str
     dist_backend: str
     pjrt_plugin: str
+    rng: str = ""                  # the default generator's algorithm (philox4x32-10, ...)
+    versions: tuple[tuple[str, str | None], ...] = ()   # every torch.version accelerator field
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,10 @@ class Framework(Protocol):
     face: Face
 
     def route(self, op: str) -> Route: ...
+    def torch_route(self, op) -> Route | None: ...
+    def device_properties(self, driver, index: int = 0) -> dict: ...
+    def versions(self) -> dict[str, str | None]: ...
+    def autocast_policy(self) -> AutocastPolicy: ...
     def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult: ...
     def report(self) -> dict: ...
 
@@ -98,8 +105,14 @@ class FrameworkBase:
 
     def __init__(self, compiler: Compiler, library: Library, runtime: Runtime, target: Target):
         f = self.facts["framework"]
-        self.face = Face(f["device_type"], f["module"], f["version_field"], f["version"],
-                         f["dist_backend"], f["pjrt_plugin"])
+        #: the PyTorch face (device properties, versions, autocast, ATen routes), checked once
+        self.torch_face: TorchFace = parse_torch_face(f, f["device_type"], self.vendor)
+        versions = dict(self.torch_face.versions)
+        if versions.get(f["version_field"]) is None:
+            raise ConfigError(f"vendor.toml [framework]: version_field {f['version_field']!r} is not "
+                              "set in [framework.versions]", seam="framework", vendor=self.vendor)
+        self.face = Face(f["device_type"], f["module"], f["version_field"], versions[f["version_field"]],
+                         f["dist_backend"], f["pjrt_plugin"], f.get("rng", ""), self.torch_face.versions)
         cov = f["coverage"]
         self.native = frozenset(cov["native"])
         self.decomposed = frozenset(cov.get("decomposed", ()))
@@ -117,6 +130,38 @@ class FrameworkBase:
         if op in self.native:
             return Route(op, "native", f"{self.vendor} compiles {op} on the device")
         return Route(op, "fallback", f"no {self.vendor} device kernel for {op}; runs on the CPU")
+
+    # -- the PyTorch face ([framework.torch] in vendor.toml; policy in layers/face.py) ---------
+    def torch_route(self, op) -> Route | None:
+        """How this family treats ATen ``op`` (an overload name such as ``aten::_softmax`` /
+        ``aten::mean.dim``, or a torch OpOverload) before it reaches a device kernel:
+        ``decomposed`` (always lowered with PyTorch's decomposition first), ``fallback`` (run
+        on the CPU on purpose, with the family's reason), or None (no family rule).  Overloads
+        are matched exactly: ``aten::mean.dim`` is not ``aten::mean``."""
+        name = aten_name(op)
+        tf = self.torch_face
+        if name in tf.decompose:
+            return Route(f"aten::{name}", "decomposed",
+                         f"{self.vendor} decomposes aten::{name} with PyTorch's decomposition")
+        if name in tf.fallback:
+            return Route(f"aten::{name}", "fallback", f"{self.vendor} runs aten::{name} on the CPU: "
+                         f"{tf.fallback[name]}")
+        return None
+
+    def device_properties(self, driver, index: int = 0) -> dict:
+        """What ``torch.<module>.get_device_properties(index)`` shows for this family, in its
+        vocabulary (``_CudaDeviceProperties``-like, ``_XpuDeviceProperties``-like), built from
+        ``driver.properties(index)`` and the chip spec."""
+        return device_properties(self.torch_face, driver, index, self.vendor)
+
+    def versions(self) -> dict[str, str | None]:
+        """The ``torch.version`` accelerator fields as this family's PyTorch build sets them
+        (rocm-like: ``cuda`` None, ``hip`` set, as ROCm PyTorch does)."""
+        return dict(self.face.versions)
+
+    def autocast_policy(self) -> AutocastPolicy:
+        """What ``torch.autocast(device_type)`` does on this family."""
+        return self.torch_face.autocast
 
     # -- running ------------------------------------------------------------------------------
     def _check_feeds(self, graph: Graph, feeds: dict) -> dict[str, np.ndarray]:
@@ -243,11 +288,42 @@ class FrameworkBase:
             env[id(v)] = arr
         return plan
 
+    def device_route(self, graph: Graph) -> Route | None:
+        """Why ``graph`` cannot run on the device as one compiled piece (the first op that
+        falls back), or None when it can."""
+        for node in graph.nodes:
+            r = self.route(node.op)
+            if r.kind == "fallback":
+                return r
+        ask = getattr(self.compiler, "unsupported", None)
+        cannot = ask(graph, self.library.ops() if self.library is not None else frozenset()) if ask else {}
+        for node in graph.nodes:
+            if node.op in cannot:
+                return Route(node.op, "fallback", f"{self.vendor} compiler cannot lower {node.op}: "
+                             f"{cannot[node.op]}; runs on the CPU")
+        return None
+
+    def prepare(self, graph: Graph, stream=None) -> "ResidentPlan":
+        """Compile ``graph`` whole (after the family's decompositions) into a plan bound to
+        this stack's runtime, run on device-resident buffers: a front end's eager ops and
+        compiled graphs whose inputs already live on the device.  Plan inputs and outputs
+        follow ``graph.inputs`` and ``graph.outputs``.  Check :meth:`device_route` first."""
+        graph.verify()
+        self.counts["resident_plans"] = self.counts.get("resident_plans", 0) + 1
+        sub = graph
+        if self.decomposed:
+            sub = decompose(graph, keep=frozenset(op for op in OPS if op not in self.decomposed))
+        routines = self.library.ops() if self.library is not None else frozenset()
+        plan = self.compiler.compile(sub, self.target, routines)
+        return ResidentPlan(plan, self.runtime, self.library, stream)
+
     def report(self) -> dict:
         f = self.face
         return {"vendor": self.vendor, "device_type": f.device_type, "module": f.module,
                 f"version.{f.version_field}": f.version, "dist_backend": f.dist_backend,
-                "pjrt_plugin": f.pjrt_plugin, **self.counts, "fallbacks": list(self.fallbacks)}
+                "pjrt_plugin": f.pjrt_plugin, "versions": dict(f.versions), "rng": f.rng,
+                "autocast_dtype": self.torch_face.autocast.default_dtype,
+                **self.counts, "fallbacks": list(self.fallbacks)}
 
 
 def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
@@ -262,54 +338,38 @@ def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
     return first, last
 
 
-def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: Library | None,
-                 meta: bool = False, collective: CollectiveHandler | None = None) -> list:
-    """Run a compiled launch plan: upload, launch in order, download, free.
+def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, library: Library | None,
+               module, stream, collective: CollectiveHandler | None = None,
+               keep: frozenset = frozenset()) -> dict[int, int]:
+    """Launch a plan's steps in order on ``stream``.
 
-    Inputs and constants are allocated and uploaded first; every other buffer
-    is allocated just before the first step that touches it and freed after
-    the last one (plan outputs stay until they are downloaded), so the peak
-    is what is live at once, not the sum of every buffer.  Temporaries the
-    compiler's memory plan (``plan.memory``) puts in one slot share one
-    allocation.  In shape-only mode
-    (``meta``) the same calls are made with :class:`MetaArray` descriptors.
-    """
-    ptrs: dict[int, int] = {}
+    ``ptrs`` holds the device address of every buffer the caller placed (inputs, constants,
+    outputs); every other buffer is allocated just before the first step that touches it
+    and freed after the last one, so the peak is what is live at once.  Temporaries the
+    compiler's memory plan (``plan.memory``) puts in one slot share one allocation.  The
+    caller frees what it placed.  Buffers in ``keep`` that this call allocates are not
+    released: they are returned (buffer id -> address) for the caller to read and free.
+    On an error everything this call allocated is freed."""
     first, last = _lifetimes(plan)
-    pinned = set(plan.inputs) | set(plan.outputs) | {bid for bid, b in plan.buffers.items()
-                                                      if b.role == "constant"}
+    placed = set(ptrs) | set(keep)
     release: dict[int, list[int]] = {}
-    stream = runtime.default_stream()      # in order on every family (never an out-of-order queue)
-    # the compiler's memory plan: temporaries in one slot share one allocation (the slot's
-    # size), made at the slot's first use and freed after its last
     mem = plan.memory
     slot_of = dict(mem.slots) if mem is not None else {}
     slot_ptr: dict[int, int] = {}
     for bid, i in last.items():
-        if bid not in pinned and bid not in slot_of:
+        if bid not in placed and bid not in slot_of:
             release.setdefault(i, []).append(bid)
     for s, (_, end) in enumerate(mem.slot_span if mem is not None else ()):
         release.setdefault(end, []).append(-1 - s)         # a slot: negative key
+    own: dict[int, int] = {}
     try:
-        for bid in plan.inputs:
-            ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
-        for bid, buf in plan.buffers.items():
-            if buf.role == "constant":
-                ptrs[bid] = runtime.malloc(buf.nbytes)
-        for bid, arr in zip(plan.inputs, inputs):
-            runtime.memcpy_h2d(ptrs[bid], arr, stream)
-        for bid, buf in plan.buffers.items():
-            if buf.role == "constant":
-                runtime.memcpy_h2d(ptrs[bid], MetaArray(buf.shape, buf.dtype.numpy) if meta
-                                   else np.ascontiguousarray(buf.data), stream)
-        module = runtime.load_module(plan.binary) if plan.binary is not None else None
         for i, step in enumerate(plan.steps):
             bids = step.args.values() if isinstance(step, KernelStep) else step.buffers.values()
             for bid in bids:
                 if bid not in ptrs:
                     s = slot_of.get(bid)
                     if s is None:
-                        ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
+                        ptrs[bid] = own[bid] = runtime.malloc(plan.buffers[bid].nbytes)
                     else:
                         if s not in slot_ptr:
                             slot_ptr[s] = runtime.malloc(mem.slot_bytes[s])
@@ -339,12 +399,52 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
                 collective(runtime, step, {role: ptrs[bid] for role, bid in step.buffers.items()})
             for bid in release.get(i, ()):
                 if bid >= 0:
-                    runtime.free(ptrs.pop(bid))
+                    runtime.free(own.pop(bid))
+                    del ptrs[bid]
                 elif -1 - bid in slot_ptr:
                     ptr = slot_ptr.pop(-1 - bid)
                     for m in [m for m, p in ptrs.items() if p == ptr and slot_of.get(m) == -1 - bid]:
                         del ptrs[m]
                     runtime.free(ptr)
+    except BaseException:
+        for ptr in {*own.values(), *slot_ptr.values()}:      # a shared slot is freed once
+            try:
+                runtime.free(ptr)
+            except FornaxError:
+                pass
+        raise
+    kept = {bid: own.pop(bid) for bid in list(own) if bid in keep}
+    for ptr in {*own.values(), *slot_ptr.values()}:          # left over: nothing released them
+        runtime.free(ptr)
+    return kept
+
+
+def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: Library | None,
+                 meta: bool = False, collective: CollectiveHandler | None = None) -> list:
+    """Run a compiled launch plan from host arrays: upload, launch in order, download, free.
+
+    Inputs and constants are allocated and uploaded first; the steps run as
+    :func:`_run_steps` says (temporaries live only as long as they are used); plan
+    outputs stay until they are downloaded.  In shape-only mode (``meta``) the same
+    calls are made with :class:`MetaArray` descriptors.
+    """
+    ptrs: dict[int, int] = {}
+    stream = runtime.default_stream()      # in order on every family (never an out-of-order queue)
+    try:
+        for bid in plan.inputs:
+            ptrs[bid] = runtime.malloc(plan.buffers[bid].nbytes)
+        for bid, buf in plan.buffers.items():
+            if buf.role == "constant":
+                ptrs[bid] = runtime.malloc(buf.nbytes)
+        for bid, arr in zip(plan.inputs, inputs):
+            runtime.memcpy_h2d(ptrs[bid], arr, stream)
+        for bid, buf in plan.buffers.items():
+            if buf.role == "constant":
+                runtime.memcpy_h2d(ptrs[bid], MetaArray(buf.shape, buf.dtype.numpy) if meta
+                                   else np.ascontiguousarray(buf.data), stream)
+        module = runtime.load_module(plan.binary) if plan.binary is not None else None
+        ptrs.update(_run_steps(plan, dict(ptrs), runtime, library, module, stream, collective,
+                               keep=frozenset(plan.outputs)))
         results = []
         for bid in plan.outputs:
             buf = plan.buffers[bid]
@@ -355,8 +455,63 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
         runtime.synchronize()
         return results
     finally:
-        for ptr in {*ptrs.values(), *slot_ptr.values()}:     # a shared slot is freed once
+        for ptr in set(ptrs.values()):
             try:
                 runtime.free(ptr)
             except FornaxError:
                 pass
+
+
+class ResidentPlan:
+    """A compiled plan bound to one runtime, run on buffers that already live on the device.
+
+    This is the eager path of a framework: the module is loaded and the constants are
+    uploaded once, then every call launches the steps with the caller's input and
+    output addresses (no host transfer), on the caller's stream.  A plan output that
+    is an input or a constant (or the same buffer as an earlier output) is copied
+    device to device into the caller's output."""
+
+    def __init__(self, plan: CompiledGraph, runtime: Runtime, library: Library | None,
+                 stream=None):
+        self.plan, self.runtime, self.library = plan, runtime, library
+        self.module = runtime.load_module(plan.binary) if plan.binary is not None else None
+        self.constants: dict[int, int] = {}
+        stream = stream if stream is not None else runtime.default_stream()
+        for bid, buf in plan.buffers.items():
+            if buf.role == "constant":
+                self.constants[bid] = runtime.malloc(buf.nbytes)
+                runtime.memcpy_h2d(self.constants[bid], np.ascontiguousarray(buf.data), stream)
+        self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
+        self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
+        self._copy_out = []          # outputs that need a device-to-device copy after the steps
+        seen = set(plan.inputs) | set(self.constants)
+        for i, bid in enumerate(plan.outputs):
+            self._copy_out.append(bid in seen)
+            seen.add(bid)
+
+    def __call__(self, in_ptrs: list[int], out_ptrs: list[int], stream=None,
+                 collective: CollectiveHandler | None = None) -> None:
+        plan, runtime = self.plan, self.runtime
+        if len(in_ptrs) != len(plan.inputs) or len(out_ptrs) != len(plan.outputs):
+            raise InvalidArgumentError(
+                f"plan {plan.name!r} takes {len(plan.inputs)} input(s) and {len(plan.outputs)} "
+                f"output(s), got {len(in_ptrs)} and {len(out_ptrs)}", seam="framework")
+        stream = stream if stream is not None else runtime.default_stream()
+        ptrs = dict(self.constants)
+        ptrs.update(zip(plan.inputs, in_ptrs))
+        for bid, ptr, copy in zip(plan.outputs, out_ptrs, self._copy_out):
+            if not copy:
+                ptrs[bid] = ptr
+        _run_steps(plan, dict(ptrs), runtime, self.library, self.module, stream, collective)
+        for bid, ptr, copy, nbytes in zip(plan.outputs, out_ptrs, self._copy_out, self.out_nbytes):
+            if copy and nbytes:
+                runtime.memcpy_d2d(ptr, ptrs[bid], nbytes, stream)
+
+    def release(self) -> None:
+        """Free the uploaded constants (the plan can no longer run)."""
+        for ptr in self.constants.values():
+            try:
+                self.runtime.free(ptr)
+            except FornaxError:
+                pass
+        self.constants = {}

@@ -256,8 +256,8 @@ class RuntimeBase:
         self._allocators: dict[int, CachingAllocator] = {}
         self._host_pool: PinnedHostPool | None = None
         self.counts = {"malloc_calls": 0, "module_cache_hits": 0, "module_loads": 0, "launches": 0,
-                       "h2d_copies": 0, "d2h_copies": 0, "host_syncs": 0, "streams": 0,
-                       "implicit_waits": 0, "graph_replays": 0, "graph_nodes_replayed": 0,
+                       "h2d_copies": 0, "d2h_copies": 0, "d2d_copies": 0, "host_syncs": 0, "streams": 0,
+                       "implicit_waits": 0, "graph_replays": 0, "graph_nodes_replayed": 0, "cached_allocations": 0,
                        "pageable_copies": 0, "pinned_copies": 0}
 
     def _error(self, message: str, call: str, hint: str | None = None,
@@ -571,6 +571,29 @@ class RuntimeBase:
         self._maybe_block("free")
         alloc.free(ptr)
 
+    def allocate(self, nbytes: int, stream: Stream | None = None) -> int:
+        """The framework-facing caching allocator (PyTorch's ``CUDACachingAllocator::raw_alloc``):
+        never synchronises the device, whatever the family's ``malloc`` does; a block freed
+        with :meth:`deallocate` is reused only by later allocations on the same stream, so
+        stream order keeps its old users safe."""
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
+            raise self._error(f"allocation size must be a positive integer, got {nbytes!r}", "malloc")
+        self.counts["cached_allocations"] += 1
+        try:
+            return self.allocator().allocate(int(nbytes), stream.id if stream is not None else 0)
+        except AllocatorOOM as exc:
+            raise self._error(f"out of memory: {exc}", "malloc",
+                              hint="free tensors, call empty_cache(), or use a larger spec",
+                              condition="out_of_memory") from exc
+
+    def deallocate(self, ptr: int) -> None:
+        """Return a block of :meth:`allocate` to its stream's pool (no synchronisation)."""
+        alloc = next((a for a in self._allocators.values() if a.owns(ptr)), None)
+        if alloc is None:
+            raise self._error(f"{ptr!r} was not returned by the caching allocator or was already "
+                              "freed", "free")
+        alloc.free(ptr)
+
     def empty_cache(self) -> None:
         """Return every wholly unused cached segment to the driver."""
         for alloc in self._allocators.values():
@@ -686,6 +709,22 @@ class RuntimeBase:
         if rule == "complete":
             self.stream_synchronize(s)
 
+    def memcpy_d2d(self, dst: int, src: int, nbytes: int, stream: Stream | None = None,
+                   depends_on=()) -> Event:
+        """Asynchronous device-to-device copy on a stream (cudaMemcpyAsync DeviceToDevice,
+        hipMemcpyAsync, queue.memcpy between USM device pointers); returns its event."""
+        s = self._stream(stream)
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes < 0:
+            raise self._error(f"copy size must be a non-negative integer, got {nbytes!r}", "memcpy_d2d")
+        self.counts["d2d_copies"] += 1
+        if nbytes == 0:
+            return self.record_event(s)
+        if s.capture is not None:
+            return self._capture_node(s, ("d2d", int(dst), int(src), int(nbytes)))
+        q = self._before(s, depends_on)
+        q.copy_d2d(int(dst), int(src), int(nbytes))
+        return self._after(s, q)
+
     # -- modules and launches ------------------------------------------------------------------
     def load_module(self, binary: KernelBinary) -> Module:
         if not isinstance(binary, KernelBinary):
@@ -780,6 +819,8 @@ class RuntimeBase:
                     first = False
                 elif kind == "h2d":
                     q.copy_h2d(node[1], node[2], host_rate=self._host_rate(node[2]))
+                elif kind == "d2d":
+                    q.copy_d2d(*node[1:])
                 else:
                     q.copy_d2h(node[1], node[2], host_rate=self._host_rate(node[1]))
         finally:

@@ -83,7 +83,24 @@ class Device:
         else:
             counters = execute(program, grid, args, space)
         self.kernels_executed += 1
-        return counters, self.account_kernel(counters, program.meta)
+        return counters, self.power.run_kernel(self._price(counters, program.meta), self.timeline.now)
+
+    def _price(self, counters: Counters, meta: dict | None) -> KernelCost:
+        """:func:`kernel_cost` of a launch; a replayed launch (``fornax.sim.execute``) carries
+        its recording's memo, where the price of the same work and footprint is kept."""
+        memo = getattr(counters, "pricing", None)
+        if memo is None:
+            return kernel_cost(self.spec, counters, meta)
+        try:
+            key = (tuple((meta or {}).get("tile") or ()), counters.footprint_bytes)
+            hit = memo.get(key)
+        except TypeError:                  # an unhashable tile: kernel_cost says what is wrong
+            return kernel_cost(self.spec, counters, meta)
+        if hit is not None and hit[0] is self.spec:
+            return hit[1]
+        cost = kernel_cost(self.spec, counters, meta)
+        memo[key] = (self.spec, cost)
+        return cost
 
     def account_kernel(self, counters: Counters, meta: dict | None = None,
                        start: float | None = None) -> KernelCost:

@@ -8,11 +8,29 @@ space, so an access outside a live mapping is a page fault with its address.
 
 Large grids run in chunks of instances so that memory stays bounded; there
 is never a Python loop over single instances.
+
+**Replay.**  A kernel launched again over the same grid with the same scalar
+arguments computes the same indices, touches the same offsets of its buffers
+and counts the same work; only the buffers' contents and base addresses
+differ.  So the first launch of each (program, grid, scalars) is *recorded*:
+a register that depends only on the grid, constants, scalars and loop
+counters is static, and the tape keeps just the instructions that read
+memory or depend on what was read, each with the static registers it reads.
+A later launch replays the tape and takes its counters from the recording
+(byte ranges rebased on the pointer arguments).  A replayed load or store
+whose elements all lie in one mapping indexes that mapping directly;
+anything else (a fault, a misaligned base, an access spanning mappings)
+takes the general path, which raises exactly what a first launch would.
+A kernel whose addresses, masks or loop bounds depend on loaded data is never
+recorded, and recordings are bounded in memory (:data:`REPLAY_BYTES`;
+0 switches replay off).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +41,10 @@ from .memory import AddressSpace
 
 _LOW_PRECISION = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
 _CHUNK_ELEMENTS = 1 << 22
+
+#: bytes of static registers all replay recordings together may hold (least recently used
+#: recordings go first); a single recording larger than an eighth of it is not kept
+REPLAY_BYTES = 64 << 20
 
 
 @dataclass
@@ -66,7 +88,13 @@ class Counters:
         return total
 
 
+_DTYPE_NAMES = {dt: name for name, dt in isa.DTYPES.items()}
+
+
 def _dtype_name(arr: np.ndarray) -> str:
+    name = _DTYPE_NAMES.get(arr.dtype)
+    if name is not None:
+        return name
     for name, dt in isa.DTYPES.items():
         if arr.dtype == dt:
             return name
@@ -122,113 +150,242 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return erf(x)
 
 
+# ---- what replay needs to know about instructions -----------------------------------------
+#: instructions whose result depends on nothing but the grid, constants and scalars
+_SOURCES = frozenset({isa.ProgramId, isa.Arange, isa.Const, isa.ScalarArg})
+#: instructions whose result is static when every register they read is
+_PURE = frozenset({isa.Unary, isa.Binary, isa.Where, isa.Convert, isa.Reshape, isa.Broadcast,
+                   isa.Reduce, isa.Dot})
+_MEMORY = frozenset({isa.Load, isa.Store, isa.StoreReduce})
+_OPERANDS = {
+    isa.Unary: ("src",), isa.Binary: ("a", "b"), isa.Where: ("cond", "a", "b"), isa.Convert: ("src",),
+    isa.Reshape: ("src",), isa.Broadcast: ("src",), isa.Reduce: ("src",), isa.Load: ("offsets", "mask"),
+    isa.Store: ("offsets", "value", "mask"), isa.StoreReduce: ("offsets", "value", "mask"),
+    isa.Dot: ("a", "b", "acc"),
+}
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    """A recording's arrays are shared by every replay: make accidental writes fail loudly."""
+    arr.flags.writeable = False
+    return arr
+
+
+class _Lanes:
+    """The static layout of one load or store: which elements of its buffer it touches.
+
+    ``lo``/``hi``: byte offsets (from the pointer argument) of the first and last active
+    element; ``start``/``count``: the elements, when they are one ascending run (else
+    ``index`` holds them in lane order); ``mask``: the lanes that are active, when not all
+    are; ``shape``: the register (load) or lane (store) shape; ``vshape``: a store's value
+    register as the store aligns it, before broadcasting."""
+
+    __slots__ = ("ptr", "dtype", "itemsize", "shape", "mask", "lo", "hi", "start", "count", "index",
+                 "vshape")
+
+    @classmethod
+    def of(cls, ptr: str, base: int, addrs: np.ndarray, mask, dtype: np.dtype, vshape=None):
+        active = addrs.ravel() if mask is None else addrs[mask]
+        if active.size == 0:
+            return None
+        rel = active.astype(np.int64) - base
+        if (rel % dtype.itemsize).any():
+            return None
+        index = rel // dtype.itemsize
+        lanes = cls()
+        lanes.ptr, lanes.dtype, lanes.itemsize, lanes.shape = ptr, dtype, dtype.itemsize, addrs.shape
+        lanes.mask = None if mask is None or mask.all() else _frozen(np.array(mask, dtype=bool))
+        lanes.lo, lanes.hi = int(rel.min()), int(rel.max())
+        lanes.start, lanes.count = int(index[0]), int(index.size)
+        run = lanes.count == int(index[-1]) - lanes.start + 1 and (
+            lanes.count == 1 or bool((np.diff(index) == 1).all()))
+        lanes.index = None if run else _frozen(index)
+        lanes.vshape = vshape
+        return lanes
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.mask, self.index) if a is not None)
+
+
+class _Recorder:
+    """Watches a first launch: which registers are static, and the tape of the rest."""
+
+    def __init__(self):
+        self.ok = True              # False once something depends on loaded data
+        self.static: set[str] = set()
+        self.tape: list[list] = []  # [instruction, {static register: value}, lanes or None]
+        self.chunks: list[tuple[int, list]] = []
+
+    def start_chunk(self) -> None:
+        self.static, self.tape = set(), []
+
+    def end_chunk(self, n: int) -> None:
+        self.chunks.append((n, self.tape))
+
+    def before(self, ins, t, regs) -> bool:
+        """Called before ``ins`` runs: True if its result is static (it needs no tape entry)."""
+        if t in _SOURCES or t is isa.Barrier:
+            return True
+        reads = [r for r in (getattr(ins, n) for n in _OPERANDS[t]) if r is not None]
+        static = self.static
+        if t in _PURE and all(r in static for r in reads):
+            return True
+        if t in _MEMORY and (ins.offsets not in static or (ins.mask is not None and ins.mask not in static)):
+            self.ok = False                 # data-dependent addresses: not replayable
+            return False
+        self.tape.append([ins, {r: regs[r] for r in reads if r in static}, None])
+        return False
+
+    def after(self, ins, static: bool, lanes) -> None:
+        dst = getattr(ins, "dst", None)
+        if dst is not None:
+            if static:
+                self.static.add(dst)
+            else:
+                self.static.discard(dst)
+        if lanes is not None:
+            self.tape[-1][2] = lanes
+
+
 class _Run:
-    def __init__(self, program: isa.Program, space: AddressSpace, args: dict, counters: Counters):
+    def __init__(self, program: isa.Program, space: AddressSpace, args: dict, counters: Counters,
+                 ptr_dtype: dict, recorder: _Recorder | None = None):
         self.program = program
         self.space = space
         self.args = args
         self.c = counters
         self.regs: dict[str, np.ndarray] = {}
         self.pending: dict[tuple[str, str], list] = {}     # store_reduce contributions
-        self.ptr_dtype = {p.name: isa.np_dtype(p.dtype) for p in program.params if p.kind == "ptr"}
+        self.ptr_dtype = ptr_dtype
         self.tf32: set[str] = set()     # registers holding TF32-rounded tiles (the TF32 matrix path)
+        self.counting = True            # False while replaying: the recording has the counts
+        self.rec = recorder
+        self.lanes: _Lanes | None = None   # the layout the last load/store saw (while recording)
 
     def fail(self, ins, msg: str):
         raise ExecutionError(f"kernel {self.program.name!r}, {ins.op}: {msg}")
 
     def run(self, body, ids: np.ndarray, grid: tuple[int, int, int]) -> None:
-        regs, c = self.regs, self.c
+        c, n = self.c, len(ids)
         for ins in body:
             c.instructions += 1
             t = type(ins)
-            if t is isa.ProgramId:
-                gx, gy, _ = grid
-                coord = (ids % gx, (ids // gx) % gy, ids // (gx * gy))[ins.axis]
-                regs[ins.dst] = coord.astype(np.int64)
-            elif t is isa.Arange:
-                regs[ins.dst] = np.arange(ins.n, dtype=np.int64)[None, :]
-            elif t is isa.Const:
-                regs[ins.dst] = np.array([ins.value], dtype=isa.np_dtype(ins.dtype))
-            elif t is isa.ScalarArg:
-                p = self.program.param(ins.param)
-                regs[ins.dst] = np.array([self.args[ins.param]], dtype=isa.np_dtype(p.dtype))
-            elif t is isa.Unary:
-                x = regs[ins.src]
+            if t is isa.Loop:
+                self.loop(ins, ids, grid)
+                continue
+            rec = self.rec
+            if rec is None or not rec.ok:
+                self.step(ins, t, ids, n, grid)
+                continue
+            static = rec.before(ins, t, self.regs)
+            self.step(ins, t, ids, n, grid)
+            if rec.ok:
+                rec.after(ins, static, self.lanes)
+            self.lanes = None
+
+    def loop(self, ins, ids: np.ndarray, grid: tuple[int, int, int]) -> None:
+        regs, rec = self.regs, self.rec
+        stop = ins.stop
+        if isinstance(stop, str):
+            bound = regs[stop]
+            if bound.size != 1:
+                self.fail(ins, f"loop bound {stop} must be uniform across instances")
+            if rec is not None and stop not in rec.static:
+                rec.ok = False              # a bound read from memory: not replayable
+            stop = int(bound.reshape(-1)[0])
+        for k in range(ins.start, stop, ins.step):
+            regs[ins.var] = np.array([k], dtype=np.int64)
+            if rec is not None:
+                rec.static.add(ins.var)
+            self.run(ins.body, ids, grid)
+
+    def step(self, ins, t, ids, n: int, grid: tuple[int, int, int]) -> None:
+        """Run one instruction (not a loop); ``n``: instances in this chunk."""
+        regs, c = self.regs, self.c
+        if t is isa.ProgramId:
+            gx, gy, _ = grid
+            coord = (ids % gx, (ids // gx) % gy, ids // (gx * gy))[ins.axis]
+            regs[ins.dst] = coord.astype(np.int64)
+        elif t is isa.Arange:
+            regs[ins.dst] = np.arange(ins.n, dtype=np.int64)[None, :]
+        elif t is isa.Const:
+            regs[ins.dst] = np.array([ins.value], dtype=isa.np_dtype(ins.dtype))
+        elif t is isa.ScalarArg:
+            p = self.program.param(ins.param)
+            regs[ins.dst] = np.array([self.args[ins.param]], dtype=isa.np_dtype(p.dtype))
+        elif t is isa.Unary:
+            x = regs[ins.src]
+            with np.errstate(all="ignore"):
+                y = _UNARY[ins.fn](_compute_dtype(x))
+            if y.dtype != np.bool_:
+                y = y.astype(x.dtype, copy=False)
+            if self.counting:
+                c.add_flops(c.vector_flops, _dtype_name(x), y.size * (n if y.shape[0] == 1 else 1))
+            regs[ins.dst] = y
+            if ins.fn == "tf32":
+                self.tf32.add(ins.dst)
+        elif t is isa.Binary:
+            a, b = _align(regs[ins.a], regs[ins.b])
+            if a.dtype != b.dtype:
+                self.fail(ins, f"operand dtypes differ ({_dtype_name(a)} vs {_dtype_name(b)}); "
+                               "insert a convert")
+            if ins.fn in isa.BITWISE and a.dtype.kind not in "iu":
+                self.fail(ins, f"bit operation {ins.fn} needs integer tiles, got {_dtype_name(a)}")
+            try:
                 with np.errstate(all="ignore"):
-                    y = _UNARY[ins.fn](_compute_dtype(x))
-                if y.dtype != np.bool_:
-                    y = y.astype(x.dtype, copy=False)
-                c.add_flops(c.vector_flops, _dtype_name(x), y.size * (len(ids) if y.shape[0] == 1 else 1))
-                regs[ins.dst] = y
-                if ins.fn == "tf32":
-                    self.tf32.add(ins.dst)
-            elif t is isa.Binary:
-                a, b = _align(regs[ins.a], regs[ins.b])
-                if a.dtype != b.dtype:
-                    self.fail(ins, f"operand dtypes differ ({_dtype_name(a)} vs {_dtype_name(b)}); "
-                                   "insert a convert")
-                if ins.fn in isa.BITWISE and a.dtype.kind not in "iu":
-                    self.fail(ins, f"bit operation {ins.fn} needs integer tiles, got {_dtype_name(a)}")
-                try:
-                    with np.errstate(all="ignore"):
-                        y = _BINARY[ins.fn](_compute_dtype(a), _compute_dtype(b))
-                except ValueError as exc:
-                    self.fail(ins, f"tile shapes {a.shape[1:]} and {b.shape[1:]} do not broadcast ({exc})")
-                if y.dtype != np.bool_:
-                    y = y.astype(a.dtype, copy=False)
-                c.add_flops(c.vector_flops, _dtype_name(a), y.size * (len(ids) if y.shape[0] == 1 else 1))
-                regs[ins.dst] = y
-            elif t is isa.Where:
-                cond = regs[ins.cond]
-                a, b = _align(regs[ins.a], regs[ins.b])
-                cond, a = _align(cond, a)
-                cond, b = _align(cond, b)
-                regs[ins.dst] = np.where(cond.astype(bool), a, b)
-            elif t is isa.Convert:
-                regs[ins.dst] = regs[ins.src].astype(isa.np_dtype(ins.dtype))
-            elif t is isa.Reshape:
-                x = regs[ins.src]
-                if math.prod(x.shape[1:]) != math.prod(ins.shape):
-                    self.fail(ins, f"cannot reshape tile {x.shape[1:]} to {ins.shape}")
-                regs[ins.dst] = x.reshape(x.shape[:1] + tuple(ins.shape))
-            elif t is isa.Broadcast:
-                x = regs[ins.src]
-                x, _ = _align(x, np.empty((1,) + tuple(ins.shape), dtype=np.bool_))
-                try:
-                    regs[ins.dst] = np.broadcast_to(x, x.shape[:1] + tuple(ins.shape))
-                except ValueError:
-                    self.fail(ins, f"cannot broadcast tile {x.shape[1:]} to {ins.shape}")
-            elif t is isa.Reduce:
-                x = regs[ins.src]
-                if not -x.ndim + 1 <= ins.axis < x.ndim - 1:
-                    self.fail(ins, f"axis {ins.axis} out of range for tile {x.shape[1:]}")
-                axis = ins.axis + 1 if ins.axis >= 0 else ins.axis
-                y = _REDUCE[ins.fn](_compute_dtype(x), axis=axis, keepdims=True)
-                y = y.astype(np.int64 if ins.fn in isa.ARG_REDUCE else x.dtype)
+                    y = _BINARY[ins.fn](_compute_dtype(a), _compute_dtype(b))
+            except ValueError as exc:
+                self.fail(ins, f"tile shapes {a.shape[1:]} and {b.shape[1:]} do not broadcast ({exc})")
+            if y.dtype != np.bool_:
+                y = y.astype(a.dtype, copy=False)
+            if self.counting:
+                c.add_flops(c.vector_flops, _dtype_name(a), y.size * (n if y.shape[0] == 1 else 1))
+            regs[ins.dst] = y
+        elif t is isa.Where:
+            cond = regs[ins.cond]
+            a, b = _align(regs[ins.a], regs[ins.b])
+            cond, a = _align(cond, a)
+            cond, b = _align(cond, b)
+            regs[ins.dst] = np.where(cond.astype(bool), a, b)
+        elif t is isa.Convert:
+            regs[ins.dst] = regs[ins.src].astype(isa.np_dtype(ins.dtype))
+        elif t is isa.Reshape:
+            x = regs[ins.src]
+            if math.prod(x.shape[1:]) != math.prod(ins.shape):
+                self.fail(ins, f"cannot reshape tile {x.shape[1:]} to {ins.shape}")
+            regs[ins.dst] = x.reshape(x.shape[:1] + tuple(ins.shape))
+        elif t is isa.Broadcast:
+            x = regs[ins.src]
+            x, _ = _align(x, np.empty((1,) + tuple(ins.shape), dtype=np.bool_))
+            try:
+                regs[ins.dst] = np.broadcast_to(x, x.shape[:1] + tuple(ins.shape))
+            except ValueError:
+                self.fail(ins, f"cannot broadcast tile {x.shape[1:]} to {ins.shape}")
+        elif t is isa.Reduce:
+            x = regs[ins.src]
+            if not -x.ndim + 1 <= ins.axis < x.ndim - 1:
+                self.fail(ins, f"axis {ins.axis} out of range for tile {x.shape[1:]}")
+            axis = ins.axis + 1 if ins.axis >= 0 else ins.axis
+            y = _REDUCE[ins.fn](_compute_dtype(x), axis=axis, keepdims=True)
+            y = y.astype(np.int64 if ins.fn in isa.ARG_REDUCE else x.dtype)
+            if self.counting:
                 c.add_flops(c.vector_flops, _dtype_name(x), x.size)
-                regs[ins.dst] = y
-            elif t is isa.Load:
-                regs[ins.dst] = self.load(ins, len(ids))
-            elif t is isa.StoreReduce:
-                self.store_reduce(ins, len(ids))
-            elif t is isa.Store:
-                self.store(ins, len(ids))
-            elif t is isa.Dot:
-                self.dot(ins, len(ids))
-            elif t is isa.Barrier:
-                pass                       # all instances run in lock step here
-            elif t is isa.Loop:
-                stop = ins.stop
-                if isinstance(stop, str):
-                    bound = regs[stop]
-                    if bound.size != 1:
-                        self.fail(ins, f"loop bound {stop} must be uniform across instances")
-                    stop = int(bound.reshape(-1)[0])
-                for k in range(ins.start, stop, ins.step):
-                    regs[ins.var] = np.array([k], dtype=np.int64)
-                    self.run(ins.body, ids, grid)
-            else:  # pragma: no cover - verify() rejects anything else
-                self.fail(ins, "unknown instruction")
+            regs[ins.dst] = y
+        elif t is isa.Load:
+            regs[ins.dst] = self.load(ins, n)
+        elif t is isa.StoreReduce:
+            self.store_reduce(ins, n)
+        elif t is isa.Store:
+            self.store(ins, n)
+        elif t is isa.Dot:
+            self.dot(ins, n)
+        elif t is isa.Barrier:
+            pass                       # all instances run in lock step here
+        else:  # pragma: no cover - verify() rejects anything else
+            self.fail(ins, "unknown instruction")
+
+    def _recording(self) -> bool:
+        return self.rec is not None and self.rec.ok
 
     def _addresses(self, ins, n: int):
         offsets = self.regs[ins.offsets]
@@ -246,17 +403,22 @@ class _Run:
 
     def load(self, ins, n: int) -> np.ndarray:
         addrs, mask, dtype = self._addresses(ins, n)
+        if self._recording():
+            self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, mask, dtype)
         if mask is None:
             values = self.space.gather(addrs.ravel(), dtype).reshape(addrs.shape)
-            active = addrs.size
-            self.c.touch(self.c.read_ranges, ins.ptr, addrs, dtype.itemsize)
+            if self.counting:
+                active = addrs.size
+                self.c.touch(self.c.read_ranges, ins.ptr, addrs, dtype.itemsize)
         else:
             values = np.full(addrs.shape, ins.other, dtype=dtype)
             values[mask] = self.space.gather(addrs[mask], dtype)
-            active = int(mask.sum())
-            self.c.touch(self.c.read_ranges, ins.ptr, addrs[mask], dtype.itemsize)
-        scale = n if addrs.shape[0] == 1 else 1
-        self.c.bytes_read += active * dtype.itemsize * scale
+            if self.counting:
+                active = int(mask.sum())
+                self.c.touch(self.c.read_ranges, ins.ptr, addrs[mask], dtype.itemsize)
+        if self.counting:
+            scale = n if addrs.shape[0] == 1 else 1
+            self.c.bytes_read += active * dtype.itemsize * scale
         return values
 
     def _lanes(self, ins, n: int):
@@ -264,6 +426,7 @@ class _Run:
         addrs, mask, dtype = self._addresses(ins, n)
         value = self.regs[ins.value]
         addrs, value = _align(addrs, value)
+        vshape = value.shape
         shape = np.broadcast_shapes(addrs.shape, value.shape)
         if mask is not None:
             mask, _ = _align(mask, value)
@@ -272,14 +435,68 @@ class _Run:
         value = np.broadcast_to(value.astype(dtype, copy=False), shape)
         if mask is not None:
             mask = np.broadcast_to(mask, shape)
+            if self._recording() and type(ins) is isa.Store:
+                self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, mask, dtype, vshape)
             addrs, value = addrs[mask], value[mask]
+        elif self._recording() and type(ins) is isa.Store:
+            self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, None, dtype, vshape)
         return addrs.ravel(), np.ascontiguousarray(value).ravel(), dtype
 
     def store(self, ins, n: int) -> None:
         addrs, values, dtype = self._lanes(ins, n)
         self.space.scatter(addrs, values)
-        self.c.bytes_written += addrs.size * dtype.itemsize
-        self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
+        if self.counting:
+            self.c.bytes_written += addrs.size * dtype.itemsize
+            self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
+
+    # -- the replay path of loads and stores (see the module docstring) ----------------------
+    def _holding(self, lanes: _Lanes):
+        """(mapping, element offset of the pointer in it) when every active element lies in
+        one mapping and the pointer is aligned; else None (the general path decides)."""
+        base = int(self.args[lanes.ptr])
+        if base % lanes.itemsize:
+            return None
+        m = self.space.holding(base + lanes.lo, base + lanes.hi + lanes.itemsize)
+        return None if m is None else (m, (base - m.va) // lanes.itemsize)
+
+    def fast_load(self, ins, lanes: _Lanes) -> bool:
+        where = self._holding(lanes)
+        if where is None:
+            return False
+        m, off = where
+        elements = self.space.elements(m, lanes.dtype)
+        if lanes.index is None:
+            first = off + lanes.start
+            got = elements[first: first + lanes.count].copy()
+        else:
+            got = elements[lanes.index + off]
+        if lanes.mask is None:
+            values = got.reshape(lanes.shape)
+        else:
+            values = np.full(lanes.shape, ins.other, dtype=lanes.dtype)
+            values[lanes.mask] = got
+        self.regs[ins.dst] = values
+        return True
+
+    def fast_store(self, ins, lanes: _Lanes) -> bool:
+        where = self._holding(lanes)
+        if where is None:
+            return False
+        m, off = where
+        value = self.regs[ins.value]
+        if value.shape != lanes.vshape:
+            value = value.reshape(lanes.vshape)
+        value = value.astype(lanes.dtype, copy=False)
+        if value.shape != lanes.shape:
+            value = np.broadcast_to(value, lanes.shape)
+        values = value[lanes.mask] if lanes.mask is not None else np.ascontiguousarray(value).ravel()
+        if lanes.index is None:
+            first = off + lanes.start
+            index = slice(first, first + lanes.count)
+        else:
+            index = lanes.index + off
+        self.space.store_elements(m, lanes.dtype, index, values)
+        return True
 
     def store_reduce(self, ins, n: int) -> None:
         """Collect contributions; they are combined once, in order, when the kernel ends."""
@@ -300,11 +517,12 @@ class _Run:
             acc = _compute_dtype(acc).copy()
             ufunc.at(acc, inverse, work)          # sequential in contribution order: deterministic
             self.space.scatter(uniq, acc.astype(dtype))
-            self.c.bytes_read += uniq.size * dtype.itemsize
-            self.c.bytes_written += uniq.size * dtype.itemsize
-            self.c.add_flops(self.c.vector_flops, _dtype_name(values), values.size)
-            self.c.touch(self.c.read_ranges, ptr, uniq, dtype.itemsize)
-            self.c.touch(self.c.write_ranges, ptr, uniq, dtype.itemsize)
+            if self.counting:
+                self.c.bytes_read += uniq.size * dtype.itemsize
+                self.c.bytes_written += uniq.size * dtype.itemsize
+                self.c.add_flops(self.c.vector_flops, _dtype_name(values), values.size)
+                self.c.touch(self.c.read_ranges, ptr, uniq, dtype.itemsize)
+                self.c.touch(self.c.write_ranges, ptr, uniq, dtype.itemsize)
         self.pending = {}
 
     def dot(self, ins, n: int) -> None:
@@ -316,25 +534,192 @@ class _Run:
         if acc.shape[1:] != prod.shape[1:]:
             self.fail(ins, f"accumulator tile {acc.shape[1:]} does not match product {prod.shape[1:]}")
         self.regs[ins.dst] = (acc.astype(acc_dt) + prod).astype(acc_dt)
-        m, k, nn = a.shape[1], a.shape[2], b.shape[2]
-        path = "tfloat32" if ins.a in self.tf32 and ins.b in self.tf32 else _dtype_name(a)
-        self.c.add_flops(self.c.matrix_flops, path, 2.0 * m * nn * k * n)
+        if self.counting:
+            m, k, nn = a.shape[1], a.shape[2], b.shape[2]
+            path = "tfloat32" if ins.a in self.tf32 and ins.b in self.tf32 else _dtype_name(a)
+            self.c.add_flops(self.c.matrix_flops, path, 2.0 * m * nn * k * n)
+
+
+# ---- recordings ----------------------------------------------------------------------------
+class _Program:
+    """What a program needs at every launch, worked out once: chunk size, pointer dtypes,
+    scalar parameters; and the keys of its recordings (dropped when the program is)."""
+
+    __slots__ = ("ref", "chunk", "ptr_dtype", "names", "scalars", "keys", "skip", "__weakref__")
+
+    def __init__(self, program: isa.Program):
+        self.chunk: int | None = None   # instances per chunk (worked out at the first run)
+        self.ptr_dtype = {p.name: isa.np_dtype(p.dtype) for p in program.params if p.kind == "ptr"}
+        self.names = tuple(p.name for p in program.params)
+        self.scalars = tuple((p.name, p.dtype) for p in program.params if p.kind == "scalar")
+        self.keys: set = set()          # recordings of this program held in _RECORDINGS
+        self.skip: set = set()          # keys found not replayable (or too large to keep)
+
+
+class _Recording:
+    """One replayable launch: its tape per chunk and its counters (ranges relative to the
+    pointer arguments)."""
+
+    __slots__ = ("chunks", "counters", "read_rel", "write_rel", "nbytes", "pricing")
+
+    def __init__(self, rec: _Recorder, counters: Counters, args: dict):
+        self.chunks = [(n, [(ins, statics, lanes) for ins, statics, lanes in tape])
+                       for n, tape in rec.chunks]
+        self.counters = counters
+        self.read_rel = {k: (lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.read_ranges.items()}
+        self.write_rel = {k: (lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.write_ranges.items()}
+        seen, total = set(), 0
+        for _, tape in self.chunks:
+            for _, statics, lanes in tape:
+                for arr in statics.values():
+                    _frozen(arr)
+                    while isinstance(arr.base, np.ndarray):     # a view: count what it views
+                        arr = arr.base
+                    if id(arr) not in seen:
+                        seen.add(id(arr))
+                        total += arr.nbytes
+                if lanes is not None:
+                    total += lanes.nbytes()
+        self.nbytes = total
+        self.pricing: dict = {}         # the device's kernel prices of this work (see Device)
+
+    def counted(self, args: dict) -> Counters:
+        c = self.counters
+        out = Counters(instances=c.instances, matrix_flops=dict(c.matrix_flops),
+                       vector_flops=dict(c.vector_flops), bytes_read=c.bytes_read,
+                       bytes_written=c.bytes_written, instructions=c.instructions,
+                       read_ranges={k: (int(args[k]) + lo, int(args[k]) + hi)
+                                    for k, (lo, hi) in self.read_rel.items()},
+                       write_ranges={k: (int(args[k]) + lo, int(args[k]) + hi)
+                                     for k, (lo, hi) in self.write_rel.items()})
+        out.pricing = self.pricing      # not a field: the same work, priced once per footprint
+        return out
+
+
+_PROGRAMS: dict[int, _Program] = {}
+_RECORDINGS: OrderedDict[tuple, _Recording] = OrderedDict()
+_recorded_bytes = 0
+
+
+def _program_info(program: isa.Program) -> _Program:
+    info = _PROGRAMS.get(id(program))
+    if info is not None and info.ref() is program:
+        return info
+    info = _Program(program)
+    pid = id(program)
+
+    def forget(_ref, pid=pid, info=info):
+        if _PROGRAMS.get(pid) is info:
+            del _PROGRAMS[pid]
+        for key in info.keys:
+            _drop((pid, key))
+
+    info.ref = weakref.ref(program, forget)
+    _PROGRAMS[pid] = info
+    return info
+
+
+def _drop(key: tuple) -> None:
+    global _recorded_bytes
+    rec = _RECORDINGS.pop(key, None)
+    if rec is not None:
+        _recorded_bytes -= rec.nbytes
+
+
+def _keep(pid: int, info: _Program, key, recording: _Recording) -> None:
+    global _recorded_bytes
+    if recording.nbytes > REPLAY_BYTES // 8:
+        info.skip.add(key)
+        return
+    _RECORDINGS[(pid, key)] = recording
+    info.keys.add(key)
+    _recorded_bytes += recording.nbytes
+    while _recorded_bytes > REPLAY_BYTES and _RECORDINGS:
+        (old_pid, old_key), old = _RECORDINGS.popitem(last=False)
+        _recorded_bytes -= old.nbytes
+        owner = _PROGRAMS.get(old_pid)
+        if owner is not None:
+            owner.keys.discard(old_key)
+
+
+def clear_recordings() -> None:
+    """Forget every replay recording (the next launch of each kernel records again)."""
+    global _recorded_bytes
+    _RECORDINGS.clear()
+    _recorded_bytes = 0
+    for info in _PROGRAMS.values():
+        info.keys.clear()
+        info.skip.clear()
+
+
+def _launch_key(info: _Program, grid: tuple[int, int, int], args: dict):
+    """What a recording is valid for: the grid and every scalar argument's exact bits
+    (None when a scalar does not convert: the launch runs, and fails, the general way)."""
+    if not info.scalars:
+        return grid
+    try:
+        return (grid,) + tuple(np.array([args[name]], dtype=isa.np_dtype(dt)).tobytes()
+                               for name, dt in info.scalars)
+    except Exception:
+        return None
+
+
+def _replay(program: isa.Program, recording: _Recording, grid: tuple[int, int, int], args: dict,
+            space: AddressSpace, ptr_dtype: dict) -> Counters:
+    runner = _Run(program, space, args, Counters(), ptr_dtype)
+    runner.counting = False
+    Load, Store = isa.Load, isa.Store
+    for n, tape in recording.chunks:
+        regs = runner.regs = {}
+        for ins, statics, lanes in tape:
+            if statics:
+                regs.update(statics)
+            if lanes is not None:
+                t = type(ins)
+                if t is Load and runner.fast_load(ins, lanes):
+                    continue
+                if t is Store and runner.fast_store(ins, lanes):
+                    continue
+            runner.step(ins, type(ins), None, n, grid)
+    runner.flush_reductions()
+    return recording.counted(args)
 
 
 def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
             space: AddressSpace) -> Counters:
     """Run ``program`` over ``grid`` in ``space`` with ``args`` (parameter name -> value)."""
-    missing = [p.name for p in program.params if p.name not in args]
+    info = _program_info(program)
+    missing = [name for name in info.names if name not in args]
     if missing:
         raise ExecutionError(f"kernel {program.name!r}: missing argument(s) {', '.join(missing)}")
     gx, gy, gz = grid
+    grid = (gx, gy, gz)
+    key = _launch_key(info, grid, args) if REPLAY_BYTES > 0 else None
+    pid = id(program)
+    if key is not None:
+        recording = _RECORDINGS.get((pid, key))
+        if recording is not None:
+            _RECORDINGS.move_to_end((pid, key))
+            return _replay(program, recording, grid, args, space, info.ptr_dtype)
     total = gx * gy * gz
     counters = Counters(instances=total)
-    chunk = max(1, _CHUNK_ELEMENTS // isa.max_tile_elements(program))
-    runner = _Run(program, space, args, counters)
+    if info.chunk is None:
+        info.chunk = max(1, _CHUNK_ELEMENTS // isa.max_tile_elements(program))
+    chunk = info.chunk
+    recorder = _Recorder() if key is not None and key not in info.skip else None
+    runner = _Run(program, space, args, counters, info.ptr_dtype, recorder)
     for start in range(0, total, chunk):
         ids = np.arange(start, min(total, start + chunk), dtype=np.int64)
         runner.regs = {}
-        runner.run(program.body, ids, (gx, gy, gz))
+        if recorder is not None:
+            recorder.start_chunk()
+        runner.run(program.body, ids, grid)
+        if recorder is not None:
+            recorder.end_chunk(len(ids))
     runner.flush_reductions()
+    if recorder is not None:
+        if recorder.ok:
+            _keep(pid, info, key, _Recording(recorder, counters, args))
+        elif len(info.skip) < 64:
+            info.skip.add(key)
     return counters

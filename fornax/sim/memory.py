@@ -93,6 +93,8 @@ class Mapping:
     label: str = ""
     _buffer: np.ndarray | None = field(default=None, repr=False)
     meta: bool = False   # shape-only mode: accounted and page-checked, never backed by data
+    #: the backing buffer viewed as elements of each dtype asked for (the executor's replay path)
+    _views: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def end(self) -> int:
@@ -348,6 +350,33 @@ class AddressSpace:
                                 f"element access runs past the end of {mapping.describe()}")
             out.append((mask, mapping, (addrs - mapping.va) // itemsize))
         return out
+
+    # -- the executor's replay path: one mapping known to hold every element ------------
+    def holding(self, lo: int, end: int) -> Mapping | None:
+        """The one mapping that holds all of ``[lo, end)``, or None (then the caller takes
+        :meth:`gather` / :meth:`scatter`, which fault or split the access exactly)."""
+        first = self._lookup(lo >> self.memory.page_shift)
+        if first is not None and first.va <= lo and end <= first.end:
+            return first
+        return None
+
+    @staticmethod
+    def elements(mapping: Mapping, dtype: np.dtype) -> np.ndarray:
+        """``mapping``'s committed bytes as elements of ``dtype`` (a view, made once)."""
+        view = mapping._views.get(dtype)
+        if view is None:
+            usable = mapping.span - mapping.span % dtype.itemsize
+            view = mapping._views[dtype] = mapping.buffer[:usable].view(dtype)
+        return view
+
+    @staticmethod
+    def store_elements(mapping: Mapping, dtype: np.dtype, index, values: np.ndarray) -> None:
+        """Write ``values`` at element ``index`` (an index array or a slice) of ``mapping``,
+        deferred like :meth:`scatter` while a packet runs."""
+        if _capture is not None:
+            _capture.effects.append((_store_elements, (mapping, dtype, index, np.array(values, copy=True))))
+        else:
+            _store_elements(mapping, dtype, index, values)
 
     def gather(self, addresses: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """Read one element of ``dtype`` at each byte address (a flat int64 array)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +28,10 @@ from .faults import DeviceHang, SimError
 from .race import RaceDetector
 
 _ids = itertools.count(1)
+
+
+def _value_of(entry: tuple) -> int:
+    return entry[0]
 
 
 class Semaphore:
@@ -70,10 +75,10 @@ class Semaphore:
 
     def reached_at(self, value: int) -> float | None:
         """Simulated time at which the semaphore first reached ``value`` (None if not yet)."""
-        for v, t in self._history:
-            if v >= value:
-                return t
-        return None
+        if value > self.value:
+            return None
+        # the values only grow, so the first one at or past ``value`` is found by bisection
+        return self._history[bisect.bisect_left(self._history, value, key=_value_of)][1]
 
 
 @dataclass
@@ -135,6 +140,7 @@ class Timeline:
             self.engines[f"copy{i}"] = 0.0
         self.queues: list[HardwareQueue] = []
         self.records: list[Record] = []
+        self._last_end = -math.inf   # the latest end of any record (records are only appended)
         self.now = 0.0              # start of the packet running now (the power model reads it)
         self.race_detector = RaceDetector()
         self._logs: list[tuple[float, int, _memory.WriteLog]] = []   # heap by packet end time
@@ -216,6 +222,8 @@ class Timeline:
         self.engines[engine] = end
         q.last_end = end
         self.records.append(Record(packet.label, packet.kind, q.id, engine, start, end, error))
+        if end > self._last_end:
+            self._last_end = end
         self._finish(self.records[-1], q, clock)
         if failure is not None:
             q.failure = failure
@@ -250,7 +258,7 @@ class Timeline:
                 f"watchdog: {sum(len(q.pending) for q in blocked)} packet(s) on "
                 f"{', '.join(q.label for q in blocked)} wait for signals nothing will send")
         if self.records:
-            self.host_time = max(self.host_time, max(r.end for r in self.records))
+            self.host_time = max(self.host_time, self._last_end)
         self._host_sync(None, every_queue=True)
 
     # -- memory effects and happens-before -------------------------------------
@@ -316,7 +324,7 @@ class Timeline:
     @property
     def busy_time(self) -> float:
         """Simulated time at which the last executed packet ended."""
-        return max((r.end for r in self.records), default=0.0)
+        return self._last_end if self.records else 0.0
 
 
 def run_together(timelines: list[Timeline], done: Callable[[], bool]) -> bool:

@@ -20,6 +20,18 @@ class NullFramework:
     def route(self, op):
         raise not_implemented("framework.route")
 
+    def torch_route(self, op):
+        raise not_implemented("framework.torch_route")
+
+    def device_properties(self, driver, index=0):
+        raise not_implemented("framework.device_properties")
+
+    def versions(self):
+        raise not_implemented("framework.versions")
+
+    def autocast_policy(self):
+        raise not_implemented("framework.autocast_policy")
+
     def run(self, graph, feeds):
         raise not_implemented("framework.run")
 

@@ -1,0 +1,595 @@
+"""ATen kernels of the ``fornax`` device: every op that reaches the PrivateUse1 key.
+
+A handful of kernels are registered one by one (allocation, copies between host and
+device, scalar reads, ``resize_``, and the metadata-only view ops, which run the CPU
+kernel on the same storage because they never touch bytes).  Every other op reaches
+one boxed fallback, :func:`dispatch`, which routes it through the active stack's
+framework seam, in this order:
+
+1. **view** — an op whose result aliases an input (schema ``Tensor(a)``) is answered by
+   running it on meta tensors and viewing the same storage with the result's sizes,
+   strides and offset: no bytes move, aliasing and in-place mutation through the view
+   behave as in PyTorch;
+2. the family's own table (``framework.torch_route``) may send an op to PyTorch's
+   decomposition or to the CPU on purpose;
+3. **in-place and out=** ops run their functional twin and copy the result into the
+   mutated tensor (strides, offsets and dtype casts honoured);
+4. **native** — the op is lowered (:mod:`.lowering`) into a one-op fornax graph,
+   compiled by the stack's compiler seam (library routines where the compiler routes
+   them), cached by signature, and launched on the device-resident buffers through the
+   runtime seam;
+5. **decomposed** — PyTorch's own decomposition (``torch._decomp``) runs, its pieces
+   come back here;
+6. **fallback** — the op runs on the CPU: inputs are copied to the host, results (and
+   mutated inputs) back; counted with its reason.  Seeded random ops always take this
+   route so ``torch.manual_seed`` reproduces CPU results exactly.
+
+Every call is counted per op and route in the session (:meth:`Session.report`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from ...layers.errors import FornaxError
+from ...layers.graph import Graph
+from . import tensors as T
+from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
+from .session import Session, current
+from .streams import current_runtime_stream
+
+aten = torch.ops.aten
+CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+PLAN_CACHE_SIZE = 1024
+_local = threading.local()
+
+
+# ---------------------------------------------------------------------------------------------
+# op classification
+@dataclass(frozen=True)
+class OpInfo:
+    name: str
+    kind: str                       # view | inplace | out | functional
+    functional: object = None       # the functional twin of an in-place / out= op
+    mutated: tuple = ()             # (position, name) of the arguments the op writes
+    seeded: bool = False
+
+
+_INFO: dict = {}
+
+
+def op_info(op) -> OpInfo:
+    info = _INFO.get(op)
+    if info is None:
+        info = _INFO[op] = _classify(op)
+    return info
+
+
+def _classify(op) -> OpInfo:
+    schema = op._schema
+    name = op.name()
+    mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                    if a.alias_info is not None and a.alias_info.is_write)
+    seeded = torch.Tag.nondeterministic_seeded in op.tags
+    if not mutated:
+        rets = schema.returns
+        if rets and all(r.alias_info is not None for r in rets):
+            return OpInfo(name, "view", seeded=seeded)
+        return OpInfo(name, "functional", seeded=seeded)
+    packet = getattr(aten, schema.name.split("::")[1].rstrip("_"), None) \
+        if schema.name.startswith("aten::") else None
+    outs = [a for a in schema.arguments if a.is_out]
+    if outs:
+        keep = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+        twin = _find_overload(packet, keep)
+        return OpInfo(name, "out", twin, mutated, seeded)
+    base = schema.name.split("::")[1]
+    if base.endswith("_") and packet is not None:
+        twin = getattr(packet, op._overloadname, None)
+        if twin is not None and [(a.name, str(a.type)) for a in twin._schema.arguments] != \
+                [(a.name, str(a.type)) for a in schema.arguments]:
+            twin = None
+        return OpInfo(name, "inplace", twin, mutated, seeded)
+    return OpInfo(name, "mutating", None, mutated, seeded)
+
+
+def _find_overload(packet, arg_names: list[str]):
+    if packet is None:
+        return None
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        if [(a.name, str(a.type)) for a in cand._schema.arguments] == arg_names and \
+                not any(a.alias_info is not None and a.alias_info.is_write for a in cand._schema.arguments):
+            return cand
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the boxed fallback
+def dispatch(op, *args, **kwargs):
+    """The PrivateUse1 boxed fallback: route one ATen op (see the module docstring)."""
+    session = current()
+    with session.lock:
+        return _dispatch(session, op, args, kwargs)
+
+
+def _dispatch(session: Session, op, args, kwargs):
+    info = op_info(op)
+    args, kwargs = _adopt_cpu_scalars(session, info, args, kwargs)
+    if info.kind == "view":
+        session.stats.record(info.name, "view")
+        return _view(op, args, kwargs)
+    rule = session.framework.torch_route(info.name)
+    if rule is not None:
+        if rule.kind == "fallback":
+            return _cpu(session, info, op, args, kwargs, rule.reason)
+        out = _decompose(session, info, op, args, kwargs, rule.reason)
+        if out is not NotImplemented:
+            return out
+    if info.seeded:
+        return _cpu(session, info, op, args, kwargs,
+                    "random numbers come from the host generator, so torch.manual_seed "
+                    "reproduces CPU results")
+    if info.kind in ("inplace", "out"):
+        if info.functional is not None:
+            return _via_functional(session, info, op, args, kwargs)
+        return _cpu(session, info, op, args, kwargs, f"no functional form of {info.name}")
+    if info.kind == "mutating":
+        return _cpu(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
+    out, reason = _native(session, info, op, args, kwargs)
+    if out is not NotImplemented:
+        return out
+    out = _decompose(session, info, op, args, kwargs, reason)
+    if out is not NotImplemented:
+        return out
+    return _cpu(session, info, op, args, kwargs, reason)
+
+
+def _adopt_cpu_scalars(session, info, args, kwargs):
+    """0-d CPU tensors may mix with device tensors (PyTorch's "CPU scalar" rule); other CPU
+    tensors may not."""
+    if not any(isinstance(x, torch.Tensor) and x.device.type != T.DEVICE
+               for x in _tensors(args, kwargs)):
+        return args, kwargs
+
+    def adopt(x):
+        if isinstance(x, torch.Tensor) and not T.is_fornax(x):
+            if x.dim() == 0 and x.device.type == "cpu":
+                return T.to_device(x)
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"fornax:0 and {x.device}! ({info.name})")
+        return x
+    return tree_map(adopt, (args, kwargs))
+
+
+def _tensors(args, kwargs) -> list:
+    """The tensors among an op's arguments, in order (one level of lists, as ATen schemas
+    allow: ``Tensor[]`` and ``Tensor?[]``)."""
+    out = []
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            out.extend(v for v in x if isinstance(v, torch.Tensor))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# views
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with ``t``'s sizes, strides, offset and storage size."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    base = torch.empty(n, dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _to_meta(x):
+    if T.is_fornax(x):
+        return _meta_like(x)
+    if isinstance(x, torch.device) and x.type == T.DEVICE:
+        return torch.device("meta")
+    return x
+
+
+def _view(op, args, kwargs):
+    margs, mkwargs = tree_map(_to_meta, (args, kwargs))
+    res = op(*margs, **mkwargs)
+    sources = [a for a in tree_flatten((args, kwargs))[0] if T.is_fornax(a)]
+    msources = [a for a in tree_flatten((margs, mkwargs))[0] if isinstance(a, torch.Tensor)
+                and a.device.type == "meta"]
+
+    def back(m):
+        if not isinstance(m, torch.Tensor):
+            return m
+        # the input whose storage the result views (same meta storage)
+        src = next((s for s, ms in zip(sources, msources)
+                    if ms.untyped_storage()._cdata == m.untyped_storage()._cdata), sources[0])
+        return T.wrap(src.untyped_storage(), m.shape, m.stride(), m.dtype, m.storage_offset())
+    return tree_map(back, res)
+
+
+# ---------------------------------------------------------------------------------------------
+# in-place and out= through the functional twin
+def _via_functional(session, info: OpInfo, op, args, kwargs):
+    if info.kind == "out":
+        names = [a.name for a in op._schema.arguments]
+        outs = [kwargs[a.name] if a.name in kwargs else args[names.index(a.name)]
+                for a in op._schema.arguments if a.is_out]
+        fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in op._schema.arguments
+                                                                 if a.is_out}}
+        fargs = args[:len([a for a in op._schema.arguments if not a.is_out and not a.kwarg_only])]
+    else:
+        outs = [args[0]]
+        fargs, fkwargs = args, kwargs
+    finfo = op_info(info.functional)
+    res = NotImplemented
+    if finfo.kind == "functional" and not finfo.seeded and \
+            session.framework.torch_route(finfo.name) is None:
+        # straight into the destination when it is a dense tensor of the result's shape
+        res, _ = _native(session, finfo, info.functional, fargs, fkwargs, dest=outs)
+        if res is not NotImplemented and all(a is b for a, b in zip(
+                res if isinstance(res, tuple) else (res,), outs)):
+            session.stats.record(info.name, "native", f"through {finfo.name}")
+            return outs[0] if info.kind == "inplace" or len(outs) == 1 else tuple(outs)
+    if res is NotImplemented:
+        res = _dispatch(session, info.functional, fargs, fkwargs)
+    results = list(res) if isinstance(res, (tuple, list)) else [res]
+    if len(results) != len(outs):
+        return _cpu(session, info, op, args, kwargs, f"{info.name} writes {len(outs)} tensors but "
+                    f"its functional form returns {len(results)}")
+    for dst, src in zip(outs, results):
+        if not T.is_fornax(dst):
+            raise RuntimeError(f"{info.name}: the output tensor is on {dst.device}, expected fornax:0")
+        if info.kind == "out" and tuple(dst.shape) != tuple(src.shape):
+            aten.resize_.default(dst, src.shape)
+        copy_into(dst, src)
+    session.stats.record(info.name, session.stats.last or "native", f"through {info.functional.name()}")
+    if info.kind == "out":
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return args[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# native: a cached one-op graph on the device
+@dataclass
+class _Native:
+    plan: object                    # ResidentPlan
+    outs: list                      # OutMeta per tensor output
+    structure: object               # how outputs pack: None (one tensor) or a count (tuple)
+
+
+@dataclass
+class _Unlowerable:
+    reason: str
+
+
+def _key_of(x):
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(x.shape), x.dtype)
+    if isinstance(x, bool):
+        return ("b", x)
+    if isinstance(x, int):
+        return ("i", x)
+    if isinstance(x, float):
+        return ("f", repr(x))
+    if isinstance(x, (list, tuple)):
+        return ("L", tuple(_key_of(v) for v in x))
+    if x is None or isinstance(x, (str, torch.dtype, torch.layout, torch.memory_format, torch.device)):
+        return ("o", str(x))
+    if isinstance(x, complex):
+        return ("c", repr(x))
+    raise TypeError(type(x).__name__)
+
+
+def _signature(op, args, kwargs):
+    try:
+        return (op, _key_of(list(args)), _key_of(sorted(kwargs.items())))
+    except TypeError:
+        return None
+
+
+def _native(session: Session, info: OpInfo, op, args, kwargs, dest=None):
+    """Run ``op`` as a cached one-op device graph; returns (result, "") or (NotImplemented,
+    reason).  ``dest``: tensors to write the results into when each is a contiguous fornax
+    tensor of the result's shape and dtype (else fresh tensors are allocated)."""
+    if lookup(op) is None:
+        return NotImplemented, f"no fornax lowering for {info.name}"
+    key = _signature(op, args, kwargs)
+    if key is None:
+        return NotImplemented, f"{info.name}: an argument type the lowering does not take"
+    entry = session.plans.get(key)
+    if entry is None:
+        entry = _build(session, info, op, args, kwargs)
+        session.plans[key] = entry
+        _evict(session)
+    if isinstance(entry, _Unlowerable):
+        return NotImplemented, entry.reason
+    tensors = _tensors(args, kwargs)
+    if dest is not None and len(dest) == len(entry.outs) and all(
+            T.is_fornax(d) and d.is_contiguous() and tuple(d.shape) == m.shape and d.dtype == m.dtype
+            for d, m in zip(dest, entry.outs)):
+        outs = list(dest)
+    else:
+        outs = [T.empty(m.shape, m.dtype, session=session) for m in entry.outs]
+    stream = current_runtime_stream(session)
+    temps = []
+    try:
+        ptrs = [materialize(session, t, temps, stream) for t in tensors]
+        entry.plan(ptrs, [T.address(o, session) for o in outs], stream)
+    finally:
+        del temps
+    session.stats.record(info.name, "native")
+    return _pack(entry.structure, outs), ""
+
+
+def _pack(structure, outs):
+    if structure is None:
+        return outs[0]
+    return tuple(outs)
+
+
+def _build(session: Session, info: OpInfo, op, args, kwargs):
+    tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+    for t in tensors:
+        if t.dtype not in TORCH_TO_DTYPE:
+            return _Unlowerable(f"{info.name}: {t.dtype} has no fornax graph dtype")
+        if t.numel() == 0:
+            return _Unlowerable(f"{info.name}: zero-size inputs run on the host")
+    try:
+        margs, mkwargs = tree_map(_to_meta, (args, kwargs))
+        mres = op(*margs, **mkwargs)
+    except (NotImplementedError, RuntimeError) as exc:
+        return _Unlowerable(f"{info.name}: no meta kernel to infer its result ({type(exc).__name__})")
+    mflat = [mres] if isinstance(mres, torch.Tensor) else list(mres) \
+        if isinstance(mres, (tuple, list)) else None
+    if mflat is None or not all(isinstance(m, torch.Tensor) for m in mflat):
+        return _Unlowerable(f"{info.name}: returns a non-tensor result")
+    outs = [OutMeta(tuple(m.shape), m.dtype) for m in mflat]
+    for m in outs:
+        if m.dtype not in TORCH_TO_DTYPE:
+            return _Unlowerable(f"{info.name}: result dtype {m.dtype} has no fornax graph dtype")
+        if 0 in m.shape:
+            return _Unlowerable(f"{info.name}: zero-size results run on the host")
+    g = Graph(_graph_name(info.name))
+    flat, spec = tree_flatten((args, kwargs))
+    n = 0
+    for i, x in enumerate(flat):
+        if isinstance(x, torch.Tensor):
+            flat[i] = g.input(f"in{n}", tuple(x.shape), TORCH_TO_DTYPE[x.dtype])
+            n += 1
+    vargs, vkwargs = tree_unflatten(flat, spec)
+    try:
+        vals = lower(LowerCtx(g, outs), op, tuple(vargs), dict(vkwargs))
+        g.output(*vals)
+        route = session.framework.device_route(g)
+        if route is not None:
+            return _Unlowerable(route.reason)
+        plan = session.framework.prepare(g, current_runtime_stream(session))
+    except NotLowerable as exc:
+        return _Unlowerable(str(exc))
+    except FornaxError as exc:
+        return _Unlowerable(f"{info.name}: the {exc.seam or 'compiler'} seam refused it: {exc.message}")
+    if len(plan.plan.inputs) != len(tensors):
+        plan.release()
+        return _Unlowerable(f"{info.name}: its graph does not read every input")
+    return _Native(plan, outs, None if isinstance(mres, torch.Tensor) else len(outs))
+
+
+def _graph_name(name: str) -> str:
+    return "aten_" + re.sub(r"[^0-9A-Za-z_]", "_", name.removeprefix("aten::"))
+
+
+# ---------------------------------------------------------------------------------------------
+# strided device buffers: gather a view into a contiguous buffer, scatter into a view
+def _dense_permutation(shape, stride):
+    """The axis order that makes ``stride`` contiguous, when the view covers a dense block."""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    order = sorted(dims, key=lambda d: -stride[d])
+    expect = 1
+    for d in reversed(order):
+        if stride[d] != expect:
+            return None
+        expect *= shape[d]
+    return order
+
+
+def _gather_graph(shape, stride, dt) -> Graph:
+    span = T.span_elements(shape, stride)
+    g = Graph("strided_gather")
+    x = g.input("x", (span,), dt)
+    order = _dense_permutation(shape, stride)
+    if order is not None:
+        y = g.op("reshape", x, shape=tuple(shape[d] for d in order))
+        if order != sorted(order):
+            y = g.op("transpose", y, perm=tuple(_full_perm(shape, order)))
+        y = g.op("reshape", y, shape=tuple(shape))
+    else:
+        idx = _strided_index(shape, stride)
+        y = g.op("index_select", x, g.constant(idx.reshape(-1), "idx"), axis=0)
+        y = g.op("reshape", y, shape=tuple(shape))
+    g.output(y)
+    return g
+
+
+def _full_perm(shape, order):
+    """``order`` covers the non-1 axes; after reshaping to those sizes the transpose that
+    puts them back in logical order."""
+    rank = sorted(range(len(order)), key=lambda i: order[i])
+    return rank
+
+
+def _strided_index(shape, stride) -> np.ndarray:
+    idx = np.zeros(tuple(shape), dtype=np.int64)
+    for d, (n, s) in enumerate(zip(shape, stride)):
+        view = [1] * len(shape)
+        view[d] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(view)
+    return np.ascontiguousarray(idx)
+
+
+def _cached_plan(session: Session, key, build):
+    plan = session.plans.get(key)
+    if plan is None:
+        plan = session.plans[key] = session.framework.prepare(build(), current_runtime_stream(session))
+        _evict(session)
+    return plan
+
+
+def _evict(session: Session) -> None:
+    """Keep the plan cache bounded: drop the oldest entries and free their constants."""
+    while len(session.plans) > PLAN_CACHE_SIZE:
+        _, old = session.plans.popitem(last=False)
+        plan = old.plan if isinstance(old, _Native) else old
+        if hasattr(plan, "release"):
+            plan.release()
+
+
+def materialize(session: Session, t: torch.Tensor, temps: list, stream) -> int:
+    """The address of a contiguous device buffer holding ``t``'s elements (``t`` itself when
+    it is contiguous; else a gathered copy kept alive in ``temps``)."""
+    if t.is_contiguous():
+        return T.address(t, session)
+    dt = TORCH_TO_DTYPE[t.dtype]
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    plan = _cached_plan(session, ("gather", shape, stride, dt), lambda: _gather_graph(shape, stride, dt))
+    out = T.empty(shape, t.dtype, session=session)
+    temps.append(out)
+    plan([T.address(t, session)], [T.address(out, session)], stream)
+    return T.address(out, session)
+
+
+def _convert_graph(shape, src_stride, src_dt, dst_dt, dst_stride) -> Graph:
+    """Read a strided source view, cast, and write it into a strided destination view."""
+    g = Graph("strided_copy")
+    x = g.input("src", (T.span_elements(shape, src_stride),), src_dt)
+    if tuple(src_stride) == T.contiguous_strides(shape):
+        y = g.op("reshape", x, shape=tuple(shape))
+    else:
+        y = g.op("index_select", x, g.constant(_strided_index(shape, src_stride).reshape(-1), "si"), axis=0)
+        y = g.op("reshape", y, shape=tuple(shape))
+    if dst_dt != src_dt:
+        y = g.op("cast", y, dtype=dst_dt)
+    if tuple(dst_stride) != T.contiguous_strides(shape):
+        span = T.span_elements(shape, dst_stride)
+        base = g.input("dst", (span,), dst_dt)
+        flat = g.op("reshape", y, shape=(int(np.prod(shape)),))
+        y = g.op("scatter", base, g.constant(_strided_index(shape, dst_stride).reshape(-1), "di"), flat,
+                 axis=0, mode="set")
+    g.output(y)
+    return g
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``dst.copy_(src)`` for fornax tensors and CPU sources: broadcast, cast, any strides."""
+    session = current()
+    if not T.is_fornax(src):
+        T.write(dst, src)
+        return dst
+    if not T.is_fornax(dst):
+        dst.copy_(T.read(src))
+        return dst
+    if dst.numel() == 0:
+        return dst
+    src = src.expand(dst.shape)
+    stream = current_runtime_stream(session)
+    if src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous():
+        if T.address(src, session) != T.address(dst, session):
+            session.runtime.memcpy_d2d(T.address(dst, session), T.address(src, session),
+                                       dst.numel() * dst.element_size(), stream)
+        return dst
+    if src.dtype not in TORCH_TO_DTYPE or dst.dtype not in TORCH_TO_DTYPE:
+        T.write(dst, T.read(src))                      # through the host: no graph dtype for it
+        return dst
+    shape = tuple(dst.shape)
+    sd, dd = TORCH_TO_DTYPE[src.dtype], TORCH_TO_DTYPE[dst.dtype]
+    key = ("copy", shape, tuple(src.stride()), sd, dd, tuple(dst.stride()))
+    plan = _cached_plan(session, key, lambda: _convert_graph(shape, tuple(src.stride()), sd, dd,
+                                                             tuple(dst.stride())))
+    if dst.is_contiguous():
+        plan([T.address(src, session)], [T.address(dst, session)], stream)
+        return dst
+    span_bytes = T.span_elements(shape, dst.stride()) * dst.element_size()
+    tmp = T.new_storage(span_bytes, session)
+    tmp_ptr = session.address(tmp.data_ptr())
+    plan([T.address(src, session), T.address(dst, session)], [tmp_ptr], stream)
+    session.runtime.memcpy_d2d(T.address(dst, session), tmp_ptr, span_bytes, stream)
+    del tmp
+    return dst
+
+
+# ---------------------------------------------------------------------------------------------
+# decomposition and CPU fallback
+def _decompose(session: Session, info: OpInfo, op, args, kwargs, reason: str):
+    fn = _decompositions().get(op)
+    active = getattr(_local, "decomposing", None)
+    if active is None:
+        active = _local.decomposing = set()
+    if fn is None or op in active:
+        return NotImplemented
+    active.add(op)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        active.discard(op)
+    if out is NotImplemented:
+        return NotImplemented
+    session.stats.record(info.name, "decomposed", f"{reason}; PyTorch's decomposition runs instead")
+    return out
+
+
+_DECOMPS: dict | None = None
+
+
+def _decompositions() -> dict:
+    """PyTorch's core ATen decompositions (ATen-level pieces; the prims-based references of
+    the global table would send ``prims`` ops down here)."""
+    global _DECOMPS
+    if _DECOMPS is None:
+        from torch._decomp import core_aten_decompositions
+        _DECOMPS = dict(core_aten_decompositions())
+    return _DECOMPS
+
+
+def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str):
+    originals: dict[int, torch.Tensor] = {}
+
+    def to_cpu(x):
+        if T.is_fornax(x):
+            c = T.read(x)
+            originals[id(c)] = x
+            return c
+        if isinstance(x, torch.device) and x.type == T.DEVICE:
+            return torch.device("cpu")
+        return x
+    cargs, ckwargs = tree_map(to_cpu, (args, kwargs))
+    res = op(*cargs, **ckwargs)
+    names = [a.name for a in op._schema.arguments]
+    for pos, name in info.mutated:
+        c = ckwargs[name] if name in ckwargs else (cargs[pos] if pos < len(cargs) else None)
+        for cc in (c if isinstance(c, (list, tuple)) else [c]):
+            orig = originals.get(id(cc)) if isinstance(cc, torch.Tensor) else None
+            if orig is None:
+                continue
+            if tuple(orig.shape) != tuple(cc.shape):
+                aten.resize_.default(orig, cc.shape)
+            T.write(orig, cc)
+    del names
+
+    def back(x):
+        if isinstance(x, torch.Tensor):
+            orig = originals.get(id(x))
+            if orig is not None:
+                return orig
+            if x.device.type == "cpu":
+                return T.to_device(x)
+        return x
+    out = tree_map(back, res)
+    session.stats.record(info.name, "fallback", reason)
+    return out

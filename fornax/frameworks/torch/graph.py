@@ -1,0 +1,720 @@
+"""The PyTorch graph path: ``torch.compile(model, backend="fornax")`` and :func:`export`.
+
+Both paths end in an FX graph of core ATen ops and lower it node by node with
+:mod:`.lowering` into fornax graph IR, compiled by the active stack's compiler seam:
+
+* **torch.compile** — the Dynamo backend :func:`fornax_backend` (registered as
+  ``"fornax"`` by :func:`register_backend`) hands Dynamo's graph to AOTAutograd with
+  :func:`decompositions` (PyTorch's core ATen table); the forward, backward and
+  inference graphs it produces (functionalized: views are functional ops here) are each
+  lowered into a :class:`Program`.
+* **torch.export** — :func:`export` runs ``torch.export.export`` and
+  ``run_decompositions`` with the same table and lowers the result; the returned
+  :class:`Exported` is called like the module (parameters and buffers are fed from the
+  exported program's state dict) and shows its fornax graph (``.graph``).
+
+How a :class:`Program` runs:
+
+* on CPU tensors, every fornax graph goes through ``framework.run`` (host arrays in and
+  out; graph ops the family cannot run are counted CPU fallbacks of the framework seam);
+* on ``fornax`` tensors, through ``framework.prepare`` (compiled once per stack) and
+  the resident plan launched on the tensors' device addresses (non-contiguous inputs are
+  gathered first), outputs allocated on the device.  When ``framework.device_route``
+  says a graph op must fall back, that graph takes the CPU route instead (counted, with
+  the reason) — the program never fails for want of a device kernel.
+
+**Splitting.**  An FX node without a lowering (:class:`~.lowering.NotLowerable`: an op
+missing from the table, a dtype without a graph dtype, random numbers, data-dependent
+shapes, a zero-element operand) does not stop the compile: the graph is split around
+it, the node runs with PyTorch on the CPU (its operands copied to the host and its
+results back to the device when the program runs on ``fornax`` tensors), and the
+lowered pieces before and after it are separate fornax graphs.  A piece the compiler
+seam refuses runs its FX nodes with PyTorch on the CPU the same way.
+
+**The SDPA trap.**  PyTorch's core ATen table decomposes the CPU flash-attention op
+``_scaled_dot_product_flash_attention_for_cpu`` into the math form, but the second
+output of that decomposition is the attention probabilities, not the log-sum-exp its
+fused backward (``..._for_cpu_backward``, which autograd has already recorded)
+consumes: ``scaled_dot_product_attention`` (and ``nn.MultiheadAttention``, which
+Dynamo does not inline) would get silently wrong gradients.  :func:`decompositions`
+leaves the forward and backward pair out of the table, so both reach the lowering
+whole and consistent: the forward as the graph's ``attention`` op plus the real
+log-sum-exp, the backward recomputed from it (and where either cannot be lowered,
+both run with PyTorch on the CPU).
+
+**Shapes are static.**  A graph with symbolic sizes (``torch.compile(dynamic=True)``, or
+the automatic-dynamic recompile PyTorch does after a shape changes) is not lowered: it
+runs eagerly (Dynamo's graph with torch, op by op on the eager device for ``fornax``
+tensors), counted as a fallback with the reason.  ``torch.compile(..., dynamic=False)``
+compiles every shape it sees.
+
+**Accounting** (``fornax.frameworks.torch.report()``), in the session's op table:
+
+* ``graph:<aten overload>`` — once per FX node compiled: ``native`` (lowered into a
+  fornax graph), ``fallback`` (runs with PyTorch on the CPU; the reason says why) or
+  ``decomposed`` (``graph:aten::scaled_dot_product_attention`` rewritten to the math form);
+* ``graph run:<graph name>`` — every run of a lowered fornax graph: ``native`` (compiled
+  by the stack, run on the device) or ``fallback`` (the CPU route, with the reason);
+* ``graph op:<fornax op>`` — graph ops the framework seam ran on the host inside a
+  ``framework.run`` (the family's own CPU fallbacks, with its reason).
+
+Honest limits: outputs never alias inputs (an output that is a view of an input is a
+copy with the view's sizes and strides; AOTAutograd regenerates real aliases of
+inputs itself); exported programs run without autograd; graphs whose inputs are
+``torch.Generator`` s, opaque objects or effect tokens are not supported by
+:func:`export`.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+import re
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+import torch
+import torch.fx
+from torch.fx.node import map_aggregate
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from ...layers.errors import (BinaryError, CompileError, FornaxError, GraphError, InvalidArgumentError,
+                              NotSupportedError)
+from ...layers.graph import Graph, Value
+from . import tensors as T
+from .eager import materialize
+from .lowering import (DTYPE_TO_TORCH, TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lower,
+                       op_key)
+from .session import Session, current
+from .streams import current_runtime_stream
+
+BACKEND = "fornax"
+#: what the stack says when it cannot compile a graph (device faults and OOM are not refusals)
+_REFUSALS = (GraphError, CompileError, BinaryError, NotSupportedError)
+aten = torch.ops.aten
+_ids = itertools.count()
+_ids_lock = threading.Lock()
+
+#: left out of the core table: their decomposition breaks the fused backward (see module docstring)
+_KEEP_FUSED = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    from torch._decomp import core_aten_decompositions
+    table = dict(core_aten_decompositions())
+    for name in _KEEP_FUSED:
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            for ov in packet.overloads():
+                table.pop(getattr(packet, ov), None)
+    return table
+
+
+def decompositions() -> dict:
+    """PyTorch's core ATen decompositions, less the CPU flash-attention pair (a fresh dict)."""
+    return dict(_table())
+
+
+def _next_name(kind: str) -> str:
+    with _ids_lock:
+        return f"{kind}{next(_ids)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the Dynamo backend
+def _symbolic(x) -> bool:
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(x, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in x.shape) or \
+            any(isinstance(s, torch.SymInt) for s in x.stride())
+    return False
+
+
+_DYNAMIC_REASON = ("symbolic shapes (torch.compile with dynamic=True, or PyTorch's automatic-dynamic "
+                   "recompile after a shape change): fornax graphs have static shapes, so this graph "
+                   "runs eagerly; use torch.compile(..., dynamic=False) to compile every shape")
+
+
+def _eager(gm: torch.fx.GraphModule, name: str, reason: str):
+    def run(args):
+        current().stats.record(f"graph run:{name}", "fallback", reason)
+        return gm(*args)
+    run._boxed_call = True
+    return run
+
+
+def _compiler(kind: str):
+    def compile_fx(gm: torch.fx.GraphModule, example_inputs):
+        name = _next_name(kind)
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if any(_symbolic(n.meta.get("val")) for n in phs) or any(_symbolic(x) for x in example_inputs):
+            return _eager(gm, name, _DYNAMIC_REASON)
+        program = Program(gm, name)
+
+        def run(args):
+            return program(*args)
+        run._boxed_call = True
+        run.program = program
+        return run
+    return compile_fx
+
+
+def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The ``"fornax"`` Dynamo backend: AOTAutograd over core ATen, every forward / backward /
+    inference graph lowered into fornax graphs (:class:`Program`)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    if any(_symbolic(x) for x in example_inputs):
+        name = _next_name("dynamo")
+
+        def run(*args):
+            current().stats.record(f"graph run:{name}", "fallback", _DYNAMIC_REASON)
+            return gm.forward(*args)
+        return run
+    return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
+                        inference_compiler=_compiler("inference"),
+                        decompositions=decompositions())(gm, example_inputs)
+
+
+def register_backend() -> None:
+    """Register :func:`fornax_backend` as Dynamo's ``"fornax"`` backend (idempotent)."""
+    if BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(compiler_fn=fornax_backend, name=BACKEND)
+
+
+# ---------------------------------------------------------------------------------------------
+# host arrays
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _from_numpy(a, dtype: torch.dtype) -> torch.Tensor:
+    a = np.array(a, copy=True, order="C")
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a).to(dtype)
+
+
+def _cpu(x):
+    if T.is_fornax(x):
+        return T.read(x)
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, torch.device) and x.type == T.DEVICE:
+        return torch.device("cpu")
+    return x
+
+
+def _dev(x):
+    if isinstance(x, torch.Tensor) and not T.is_fornax(x):
+        return T.to_device(x.detach())
+    return x
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+
+
+def _node_name(node) -> str:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return op_key(t)
+    if isinstance(t, torch._ops.OpOverloadPacket):
+        return f"{t._qualified_op_name}"
+    return getattr(t, "__name__", str(t))
+
+
+def _out_metas(node) -> list[OutMeta | None]:
+    """torch's description of each tensor output of an FX node (from its FakeTensor)."""
+    val = node.meta.get("val", node.meta.get("example_value"))
+    if isinstance(val, torch.Tensor):
+        return [OutMeta.of(val)]
+    if isinstance(val, (tuple, list)):
+        outs = []
+        for v in val:
+            if isinstance(v, torch.Tensor):
+                outs.append(OutMeta.of(v))
+            elif v is None or isinstance(v, (int, float, bool)):
+                outs.append(None)
+            else:
+                raise NotLowerable(f"{_node_name(node)}: a nested or symbolic result")
+        return outs
+    raise NotLowerable(f"{_node_name(node)}: torch recorded no tensor result for it")
+
+
+# ---------------------------------------------------------------------------------------------
+# steps of a program
+@dataclass
+class _Segment:
+    """A run of consecutive lowered FX nodes: one fornax graph."""
+
+    g: Graph
+    inputs: list = field(default_factory=list)          # FX nodes feeding graph.inputs, in order
+    vals: dict = field(default_factory=dict)            # FX node -> Value | None | list
+    members: list = field(default_factory=list)         # lowered FX nodes (getitems included), in order
+    consts: dict = field(default_factory=dict)          # LowerCtx's scalar-constant cache, shared
+    outputs: list = field(default_factory=list)         # FX node per graph output
+    passthrough: list = field(default_factory=list)     # (FX node, FX input node | ndarray)
+    empties: list = field(default_factory=list)         # (FX node, OutMeta): zero-element results
+    plans: dict = field(default_factory=dict)           # session id -> ResidentPlan | reason
+    refused: str = ""                                   # why the stack cannot compile it (torch runs it)
+
+
+@dataclass
+class _TorchStep:
+    node: object
+    reason: str | None                                   # None: plain Python (getitem), not counted
+
+
+class Program:
+    """An FX graph of core ATen ops lowered into fornax graphs (a :class:`Graph` per piece
+    between nodes that run with PyTorch).  Call it with the FX graph's inputs, as a list."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, session: Session | None = None):
+        self.gm = gm
+        self.name = name
+        self.session = session or current()
+        nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in nodes if n.op == "placeholder"]
+        self.attrs = {n: _get_attr(gm, n.target) for n in nodes if n.op == "get_attr"}
+        out = [n for n in nodes if n.op == "output"]
+        self.output_node = out[-1] if out else None
+        self.position = {n: i for i, n in enumerate(nodes)}
+        self.steps: list = []
+        self._lower(nodes)
+        self._finalizer = weakref.finalize(self, _release, [s for s in self.steps if isinstance(s, _Segment)])
+
+    # -- lowering ------------------------------------------------------------------------------
+    def _lower(self, nodes) -> None:
+        stats = self.session.stats
+        seg: _Segment | None = None
+        done: set = set()
+        nseg = itertools.count()
+        for node in nodes:
+            if node.op in ("placeholder", "get_attr", "output") or node in done:
+                continue
+            name = _node_name(node)
+            if node.op == "call_function" and node.target is operator.getitem:
+                self._close(seg)
+                seg = None
+                self.steps.append(_TorchStep(node, None))
+                continue
+            try:
+                if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                    raise NotLowerable(f"{name}: not an ATen operator ({node.op})")
+                if seg is None:
+                    k = next(nseg)
+                    seg = _Segment(Graph(f"{self.name}_seg{k}" if k else self.name))
+                self._lower_node(seg, node, done)
+                stats.record(f"graph:{name}", "native")
+            except NotLowerable as exc:
+                self._close(seg)
+                seg = None
+                stats.record(f"graph:{name}", "fallback", f"{exc}; runs with PyTorch on the CPU")
+                self.steps.append(_TorchStep(node, str(exc)))
+        self._close(seg)
+
+    def _value(self, seg: _Segment, n, added: list) -> Value:
+        """The Value of FX node ``n`` inside ``seg`` (a new graph input or constant if ``n``
+        comes from outside)."""
+        if n in seg.vals:
+            v = seg.vals[n]
+            if v is None:
+                raise NotLowerable(f"%{n.name} has no elements (fornax graphs have no empty tensors)")
+            if isinstance(v, list):
+                raise NotLowerable(f"%{n.name} is a tuple of tensors used whole")
+            return v
+        val = n.meta.get("val")
+        if n.op == "get_attr":
+            val = self.attrs[n]
+        if not isinstance(val, torch.Tensor):
+            raise NotLowerable(f"%{n.name} is not a tensor ({type(val).__name__})")
+        if val.numel() == 0:
+            raise NotLowerable(f"%{n.name} has no elements (fornax graphs have no empty tensors)")
+        if val.dtype not in TORCH_TO_DTYPE:
+            raise NotLowerable(f"%{n.name}: {str(val.dtype).removeprefix('torch.')} has no fornax dtype")
+        if n.op == "get_attr":
+            v = seg.g.constant(_to_numpy(_cpu(val)), _safe(n.name))
+        else:
+            v = seg.g.input(_safe(n.name), tuple(val.shape), TORCH_TO_DTYPE[val.dtype])
+            seg.inputs.append(n)
+        seg.vals[n] = v
+        added.append(n)
+        return v
+
+    def _lower_node(self, seg: _Segment, node, done: set) -> None:
+        g = seg.g
+        mark = (len(g.nodes), len(g.inputs), len(g.constants), len(seg.inputs), dict(seg.consts))
+        added: list = []
+        try:
+            def conv(a):
+                return self._value(seg, a, added) if isinstance(a, torch.fx.Node) else a
+            args = map_aggregate(node.args, conv)
+            kwargs = map_aggregate(dict(node.kwargs), conv)
+            outs = _out_metas(node)
+            ctx = LowerCtx(g, outs)
+            ctx._consts = seg.consts
+            res = lower(ctx, node.target, tuple(args), dict(kwargs))
+            multi = not isinstance(node.meta.get("val"), torch.Tensor)
+            if multi and any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
+                raise NotLowerable(f"{_node_name(node)}: its tuple result is used whole")
+        except Exception as exc:
+            del g.nodes[mark[0]:], g.inputs[mark[1]:], g.constants[mark[2]:], seg.inputs[mark[3]:]
+            seg.consts.clear()
+            seg.consts.update(mark[4])
+            for n in added:
+                seg.vals.pop(n, None)
+            if isinstance(exc, NotLowerable):
+                raise
+            raise NotLowerable(f"{_node_name(node)}: the lowering failed ({type(exc).__name__}: {exc})") from exc
+        seg.members.append(node)
+        if not multi:
+            seg.vals[node] = res[0]
+            return
+        seg.vals[node] = list(res)
+        for u in node.users:
+            seg.vals[u] = res[u.args[1]]
+            seg.members.append(u)
+            done.add(u)
+
+    def _close(self, seg: _Segment | None) -> None:
+        """Finish a segment: its graph outputs are the values used after it."""
+        if seg is None or not seg.members:
+            return
+        members = set(seg.members)
+        inputs = {id(v): n for n, v in seg.vals.items() if n in seg.inputs}
+        consts = {id(v) for v in seg.g.constants}
+        outs: dict[int, Value] = {}
+        for m in seg.members:
+            if all(u in members for u in m.users):
+                continue
+            v = seg.vals[m]
+            if v is None:
+                seg.empties.append((m, _out_metas(m)[0]))
+            elif isinstance(v, list):
+                continue                        # only read through its getitems (members)
+            elif id(v) in inputs:
+                seg.passthrough.append((m, inputs[id(v)]))
+            elif id(v) in consts:
+                seg.passthrough.append((m, v.const))
+            else:
+                outs.setdefault(id(v), v)
+                seg.outputs.append(m)
+        order = list(outs.values())
+        seg.out_index = {m: order.index(seg.vals[m]) for m in seg.outputs}
+        if order:
+            _prune(seg, order, self.position)
+            seg.g.output(*order)
+            try:
+                seg.g.verify()
+            except FornaxError as exc:           # a lowering bug: the pieces run with torch instead
+                seg.refused = f"graph {seg.g.name} does not verify ({exc.message})"
+        self.steps.append(seg)
+
+    # -- what it built ---------------------------------------------------------------------------
+    @property
+    def graphs(self) -> list[Graph]:
+        """The fornax graphs, in the order they run."""
+        return [s.g for s in self.steps if isinstance(s, _Segment) and s.g.outputs]
+
+    @property
+    def graph(self) -> Graph | None:
+        """The fornax graph when the FX graph lowered whole (else None: see :attr:`graphs`)."""
+        gs = self.graphs
+        return gs[0] if len(gs) == 1 and not self.fallbacks else None
+
+    @property
+    def fallbacks(self) -> list[dict]:
+        """FX nodes that run with PyTorch on the CPU, with the reason."""
+        out = []
+        for s in self.steps:
+            if isinstance(s, _TorchStep) and s.reason is not None:
+                out.append({"op": _node_name(s.node), "node": s.node.name, "reason": s.reason})
+            elif isinstance(s, _Segment) and s.refused:
+                out.append({"op": f"graph {s.g.name}", "node": "", "reason": s.refused})
+        return out
+
+    def __str__(self) -> str:
+        parts = []
+        for s in self.steps:
+            if isinstance(s, _Segment):
+                if s.g.outputs:
+                    parts.append(str(s.g))
+            elif s.reason is not None:
+                parts.append(f"# %{s.node.name} = {_node_name(s.node)} runs with PyTorch on the CPU: {s.reason}")
+        return "\n".join(parts)
+
+    # -- running ---------------------------------------------------------------------------------
+    def __call__(self, *args):
+        if len(args) != len(self.placeholders):
+            raise InvalidArgumentError(f"program {self.name!r} takes {len(self.placeholders)} input(s), "
+                                       f"got {len(args)}", seam="framework", op=self.name)
+        session = current()
+        device = any(T.is_fornax(a) for a in args) or any(T.is_fornax(t) for t in self.attrs.values())
+        env: dict = dict(zip(self.placeholders, args))
+        env.update(self.attrs)
+        with torch.no_grad(), session.lock:
+            for step in self.steps:
+                if isinstance(step, _Segment):
+                    self._run_segment(session, step, env, device)
+                else:
+                    self._run_node(step, env, device)
+            if self.output_node is None:
+                return ()
+            return self._outputs(env, args, device)
+
+    def _outputs(self, env: dict, args, device: bool):
+        sources = {id(a) for a in args if isinstance(a, torch.Tensor)}
+        sources |= {id(t) for t in self.attrs.values()}
+
+        def out(n):
+            if not isinstance(n, torch.fx.Node):
+                return n
+            t = env[n]
+            if not isinstance(t, torch.Tensor) or n.op == "placeholder":
+                return t
+            meta = n.meta.get("val")
+            want = tuple(meta.stride()) if isinstance(meta, torch.Tensor) else None
+            if want is not None and meta.numel() > 1 and tuple(t.shape) == tuple(meta.shape) and \
+                    want != tuple(t.stride()):
+                r = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+                r.copy_(t)
+                return r
+            if id(t) in sources:                 # a copy the graph made must not alias its input
+                return t.clone()
+            return t
+        return map_aggregate(self.output_node.args[0], out)
+
+    def _run_node(self, step: _TorchStep, env: dict, device: bool) -> None:
+        node = step.node
+        args = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+        kwargs = map_aggregate(dict(node.kwargs), lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+        if step.reason is not None:
+            args, kwargs = tree_map(_cpu, (args, kwargs))
+        res = node.target(*args, **kwargs)
+        if step.reason is not None and device:
+            res = tree_map(_dev, res)
+        env[node] = res
+
+    def _run_segment(self, session: Session, seg: _Segment, env: dict, device: bool) -> None:
+        outs: list | None = None
+        name = seg.g.name
+        if seg.g.outputs and not seg.refused:
+            if device:
+                plan = self._plan(session, seg)
+                if isinstance(plan, str):
+                    session.stats.record(f"graph run:{name}", "fallback", plan)
+                    outs = self._run_host(session, seg, env, device)
+                else:
+                    outs = self._run_device(session, seg, plan, env)
+                    session.stats.record(f"graph run:{name}", "native")
+            else:
+                outs = self._run_host(session, seg, env, device)
+                if outs is not None:
+                    session.stats.record(f"graph run:{name}", "native")
+        if seg.g.outputs and outs is None:          # the stack refused the graph: torch runs its nodes
+            session.stats.record(f"graph run:{name}", "fallback", f"{seg.refused}; its ATen ops run "
+                                 "with PyTorch on the CPU")
+            for node in seg.members:
+                if node.op == "call_function" and node.target is operator.getitem and \
+                        node.args[0] in seg.members:
+                    env[node] = env[node.args[0]][node.args[1]]
+                else:
+                    self._run_node(_TorchStep(node, seg.refused), env, device)
+            return
+        for m in seg.outputs:
+            env[m] = outs[seg.out_index[m]]
+        for m, src in seg.passthrough:
+            if isinstance(src, torch.fx.Node):
+                env[m] = env[src]
+            else:
+                t = _from_numpy(src, DTYPE_TO_TORCH[seg.vals[m].dtype])
+                env[m] = T.to_device(t) if device else t
+        for m, meta in seg.empties:
+            env[m] = torch.empty(meta.shape, dtype=meta.dtype, device=T.DEVICE if device else "cpu")
+
+    def _plan(self, session: Session, seg: _Segment):
+        """The resident plan of ``seg`` on this session's stack, or why there is none."""
+        plan = seg.plans.get(session.id)
+        if plan is None:
+            fw = session.framework
+            route = fw.device_route(seg.g)
+            if route is not None:
+                plan = f"{route.reason} (op {route.op}); the graph takes the host route"
+            else:
+                try:
+                    plan = fw.prepare(seg.g, current_runtime_stream(session))
+                except _REFUSALS as exc:
+                    plan = (f"the {exc.seam or 'compiler'} seam refused the graph on the device: "
+                            f"{exc.message}; it takes the host route")
+                else:
+                    if len(plan.plan.inputs) != len(seg.g.inputs) or \
+                            len(plan.plan.outputs) != len(seg.g.outputs):
+                        plan.release()
+                        plan = "the compiled plan does not take every graph input; the graph takes the host route"
+            seg.plans[session.id] = plan
+        return plan
+
+    def _run_device(self, session: Session, seg: _Segment, plan, env: dict) -> list:
+        stream = current_runtime_stream(session)
+        temps: list = []
+        ptrs = []
+        for n in seg.inputs:
+            t = env[n]
+            if not T.is_fornax(t):
+                t = T.to_device(t.detach())
+                temps.append(t)
+            ptrs.append(materialize(session, t, temps, stream))
+        outs = [T.empty(v.shape, DTYPE_TO_TORCH[v.dtype], session=session) for v in seg.g.outputs]
+        plan(ptrs, [T.address(o, session) for o in outs], stream)
+        del temps
+        return outs
+
+    def _run_host(self, session: Session, seg: _Segment, env: dict, device: bool) -> list | None:
+        """``framework.run`` on host arrays; None (and ``seg.refused`` set) if the stack refuses."""
+        feeds = {v.name: _to_numpy(_cpu(env[n])) for n, v in zip(seg.inputs, seg.g.inputs)}
+        try:
+            res = session.framework.run(seg.g, feeds)
+        except _REFUSALS as exc:
+            seg.refused = f"the stack could not compile graph {seg.g.name}: {exc.message}"
+            return None
+        for fb in res.fallbacks:
+            session.stats.record(f"graph op:{fb['op']}", "fallback", fb["reason"])
+        outs = [_from_numpy(a, DTYPE_TO_TORCH[v.dtype]) for a, v in zip(res.outputs, seg.g.outputs)]
+        return [T.to_device(o) for o in outs] if device else outs
+
+
+def _prune(seg: _Segment, outputs: list[Value], position: dict) -> None:
+    """Drop graph nodes, inputs and constants no output needs (results of multi-output ops
+    nobody reads), and order the inputs as the FX graph's placeholders."""
+    g = seg.g
+    live = {id(v) for v in outputs}
+    kept = []
+    for node in reversed(g.nodes):
+        if any(id(o) in live for o in node.outputs):
+            kept.append(node)
+            live.update(id(v) for v in node.inputs)
+    g.nodes[:] = kept[::-1]
+    g.constants[:] = [v for v in g.constants if id(v) in live]
+    pairs = sorted(((n, v) for n, v in zip(seg.inputs, g.inputs) if id(v) in live),
+                   key=lambda p: position[p[0]])
+    seg.inputs[:] = [n for n, _ in pairs]
+    g.inputs[:] = [v for _, v in pairs]
+
+
+def _get_attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _release(segments) -> None:
+    for seg in segments:
+        for plan in seg.plans.values():
+            if not isinstance(plan, str):
+                try:
+                    plan.release()
+                except Exception:            # at interpreter exit the runtime may be gone
+                    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.export
+class Exported:
+    """A ``torch.export`` program lowered to fornax graphs; call it like the module.
+
+    ``.graph`` is the fornax graph (when it lowered whole), ``.program`` the
+    :class:`Program` (``.graphs``, ``.fallbacks``, ``str()``), ``.exported`` PyTorch's
+    ``ExportedProgram`` after the core ATen decompositions."""
+
+    def __init__(self, ep, name: str):
+        self.exported = ep
+        self.program = Program(ep.graph_module, name)
+        self.state = {k: v.detach() for k, v in ep.state_dict.items()}
+        self.constants = dict(ep.constants)
+        self._on_device: dict = {}
+
+    @property
+    def graph(self) -> Graph | None:
+        return self.program.graph
+
+    @property
+    def graphs(self) -> list[Graph]:
+        return self.program.graphs
+
+    def __str__(self) -> str:
+        return str(self.program)
+
+    def _lifted(self, target: str, table: dict, device: bool):
+        t = table[target]
+        if not device or not isinstance(t, torch.Tensor) or T.is_fornax(t):
+            return t
+        key = (current().id, target)
+        if key not in self._on_device:
+            self._on_device[key] = T.to_device(t.detach())
+        return self._on_device[key]
+
+    def __call__(self, *args, **kwargs):
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        ep = self.exported
+        flat, spec = tree_flatten((args, kwargs))
+        if spec != ep.call_spec.in_spec:
+            raise InvalidArgumentError(
+                f"the exported program takes inputs shaped like {ep.call_spec.in_spec}, got {spec}",
+                seam="framework", op=self.program.name,
+                hint="call it with the same argument structure as the example passed to export()")
+        device = any(T.is_fornax(a) for a in flat)
+        user = iter(flat)
+        feeds = []
+        for s in ep.graph_signature.input_specs:
+            if s.kind == InputKind.USER_INPUT:
+                feeds.append(next(user))
+            elif s.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+                feeds.append(self._lifted(s.target, self.state, device))
+            elif s.kind == InputKind.CONSTANT_TENSOR:
+                feeds.append(self._lifted(s.target, self.constants, device))
+            else:
+                raise NotSupportedError(f"exported input {s.arg.name} of kind {s.kind.name} is not "
+                                        "supported by the fornax export path", seam="framework",
+                                        op=self.program.name)
+        outs = self.program(*feeds)
+        user_outs = []
+        for s, o in zip(ep.graph_signature.output_specs, outs):
+            if s.kind == OutputKind.USER_OUTPUT:
+                user_outs.append(o)
+            elif s.kind == OutputKind.BUFFER_MUTATION:
+                self.state[s.target] = o.cpu() if not T.is_fornax(self.state[s.target]) else o
+                self._on_device.pop((current().id, s.target), None)
+            elif s.kind == OutputKind.USER_INPUT_MUTATION:
+                target = flat[[i.arg.name for i in ep.graph_signature.input_specs
+                               if i.kind == InputKind.USER_INPUT].index(s.target)]
+                target.copy_(o)
+        return tree_unflatten(user_outs, ep.call_spec.out_spec)
+
+
+def export(model, args, kwargs=None, *, name: str | None = None) -> Exported:
+    """``torch.export.export(model, args)`` decomposed to core ATen and lowered to fornax graphs.
+
+    Returns an :class:`Exported`: call it with inputs shaped like ``args`` / ``kwargs``
+    (CPU or ``fornax`` tensors; outputs come back on the same device), print it or its
+    ``.graph`` to see the fornax graph.  Nodes without a lowering run with PyTorch on the
+    CPU (``.program.fallbacks``)."""
+    ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs) if kwargs else None)
+    ep = ep.run_decompositions(decompositions())
+    label = name or type(model).__name__.lower()
+    return Exported(ep, _next_name(f"export_{_safe(label)}_"))
+
+
+__all__ = ["BACKEND", "Exported", "Program", "decompositions", "export", "fornax_backend",
+           "register_backend"]

@@ -1,0 +1,283 @@
+"""Make ``torch.device("fornax")`` real, once per process.
+
+PyTorch allows one PrivateUse1 backend per process and refuses a second fallback for
+its key, so registration is guarded by a flag on the ``torch`` module itself (it
+survives re-imports of this package and pytest's module juggling), and every
+``torch.library.Library`` is kept in a process-global list: a collected Library takes
+its kernels with it.
+
+The route is PyTorch's pure-Python backend registration: the key is renamed
+``fornax``, :mod:`.device` becomes ``torch.fornax``, storages are built around
+simulated device addresses, and three places where PyTorch would call a C++ allocator
+this backend does not have are patched to allocate through the runtime seam instead:
+``UntypedStorage.clone`` (``copy.deepcopy`` of a tensor), ``torch.storage._to``
+(``storage.to("fornax")``) and the ``fornax`` location tag of ``torch.load``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from . import autocast as _autocast
+from . import device as _device_module
+from . import eager, fused
+from . import tensors as T
+
+_FLAG = "_fornax_backend_registered"
+LIBRARIES: list = []
+aten = torch.ops.aten
+
+#: metadata-only ops: the CPU kernel on the same storage (they never touch bytes)
+METADATA_OPS = ("view", "as_strided", "_reshape_alias", "set_.source_Storage",
+                "set_.source_Storage_storage_offset", "_unsafe_view", "unfold", "view_as_real",
+                "view_as_complex", "_has_same_storage_numel")
+
+
+def registered() -> bool:
+    return bool(getattr(torch, _FLAG, False))
+
+
+def register() -> None:
+    if registered():
+        return
+    _setup_privateuseone_for_python_backend("fornax", backend_module=_device_module)
+    impl = torch.library.Library("aten", "IMPL")
+    LIBRARIES.append(impl)
+    for name in METADATA_OPS:
+        op = _overload(name)
+        impl.impl(name, _redispatch_cpu(op), "PrivateUse1")
+    for name, fn in {**_KERNELS, **fused.KERNELS}.items():
+        impl.impl(name, _accounted(name, fn), "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")
+    LIBRARIES.append(fallback)
+    fallback.fallback(eager.dispatch, "PrivateUse1")
+    _autocast.register(LIBRARIES)
+    _patch_storage()
+    setattr(torch, _FLAG, True)
+
+
+def _overload(name: str):
+    base, _, ov = name.partition(".")
+    return getattr(getattr(aten, base), ov or "default")
+
+
+_COPIES = frozenset({"empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize",
+                     "_to_copy", "_local_scalar_dense", "resize_"})
+
+
+def _accounted(name: str, fn):
+    """A registered kernel, counted in the session's routes like the fallback's ops: memory
+    and copies as ``runtime`` (they are runtime-seam calls), the ATen-op compositions of
+    :mod:`.fused` as ``decomposed``; the rest dispatch through the router, which counts."""
+    if name in _COPIES:
+        kind, reason = "runtime", "allocation or copy through the runtime seam"
+    elif name in fused.KERNELS:
+        kind, reason = "decomposed", "no CPU kernel exists; fornax composes it from ATen ops"
+    else:
+        return fn
+    key = f"aten::{name}"
+
+    def kernel(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        eager.current().stats.record(key, kind, reason)
+        return out
+    return kernel
+
+
+def _redispatch_cpu(op):
+    def kernel(*args, **kwargs):
+        return op.redispatch(T._CPU_KEYS, *args, **kwargs)
+    return kernel
+
+
+# -- kernels ----------------------------------------------------------------------------------------
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    _check_device(device)
+    size = tuple(int(s) for s in size)
+    stride = None
+    if memory_format == torch.channels_last and len(size) == 4:
+        stride = torch.empty(size, device="meta").contiguous(memory_format=memory_format).stride()
+    elif memory_format == torch.channels_last_3d and len(size) == 5:
+        stride = torch.empty(size, device="meta").contiguous(memory_format=memory_format).stride()
+    return T.empty(size, dtype, stride)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_device(device)
+    return T.empty(size, dtype or torch.get_default_dtype(), stride)
+
+
+def _check_device(device) -> None:
+    if device is not None and getattr(device, "index", None):      # fornax:0 is the only one
+        _device_module._check_index(device)
+
+
+def _copy_from(self, dst, non_blocking=False):
+    eager.copy_into(dst, self)
+    return dst
+
+
+def _copy_from_and_resize(self, dst):
+    if tuple(dst.shape) != tuple(self.shape):
+        aten.resize_.default(dst, self.shape)
+    return _copy_from(self, dst)
+
+
+def _dense_strides(t):
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    return tuple(t.stride()) if is_non_overlapping_and_dense_or_false(t) else None
+
+
+def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    dtype = dtype or self.dtype
+    target = torch.device(device) if device is not None else self.device
+    keep = memory_format in (None, torch.preserve_format)
+    if target.type == "fornax":
+        _device_module._check_index(target)
+        stride = _dense_strides(self) if keep else None
+        out = T.empty(self.shape, dtype, stride)
+        if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+            out = out.contiguous(memory_format=memory_format) if out.numel() else out
+        eager.copy_into(out, self)
+        return out
+    if target.type != "cpu":
+        raise RuntimeError(f"fornax tensors move to the CPU or stay on fornax, not to {target}")
+    out = T.read(self).to(dtype)             # read() keeps a dense tensor's strides
+    if memory_format not in (None, torch.preserve_format):
+        out = out.contiguous(memory_format=memory_format)
+    if pin_memory:
+        out = out.pin_memory() if torch.cuda.is_available() else out
+    return out
+
+
+def _local_scalar_dense(self):
+    return T.read(self).item()
+
+
+def _resize_(self, size, memory_format=None):
+    size = tuple(int(s) for s in size)
+    stride = T.contiguous_strides(size)
+    need = (self.storage_offset() + T.span_elements(size, stride)) * self.element_size()
+    storage = self.untyped_storage()
+    if need > storage.nbytes():
+        new = T.new_storage(need)
+        if storage.nbytes():
+            session = eager.current()
+            session.runtime.memcpy_d2d(session.address(new.data_ptr()), session.address(storage.data_ptr()),
+                                       storage.nbytes(), eager.current_runtime_stream(session))
+        storage = new
+    aten.set_.source_Storage_storage_offset.redispatch(T._CPU_KEYS, self, storage,
+                                                       self.storage_offset(), list(size), list(stride))
+    return self
+
+
+def _convolution_overrideable(input, weight, bias, stride, padding, dilation, transposed,
+                              output_padding, groups):
+    """PyTorch hands convolutions of out-of-tree backends to this hook; route it as the
+    plain ``aten::convolution``."""
+    return eager.dispatch(aten.convolution.default, input, weight, bias, stride, padding, dilation,
+                          transposed, output_padding, groups)
+
+
+def _convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+                                       transposed, output_padding, groups, output_mask):
+    bias_sizes = [weight.shape[1] * groups if transposed else weight.shape[0]]
+    return eager.dispatch(aten.convolution_backward.default, grad_output, input, weight, bias_sizes,
+                          stride, padding, dilation, transposed, output_padding, groups, output_mask)
+
+
+def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Training batch norm updates ``running_mean``/``running_var`` in place although its
+    schema does not say so: run the functional form and write the new statistics back."""
+    if training and running_mean is not None and running_var is not None:
+        out, mean, rstd, new_mean, new_var = eager.dispatch(
+            aten._native_batch_norm_legit_functional.default, input, weight, bias, running_mean,
+            running_var, training, momentum, eps)
+        eager.copy_into(running_mean, new_mean)
+        eager.copy_into(running_var, new_var)
+        return out, mean, rstd
+    return eager.dispatch(aten._native_batch_norm_legit_no_training.default, input, weight, bias,
+                          running_mean, running_var, momentum, eps) if running_mean is not None \
+        else eager.dispatch(aten._native_batch_norm_legit.no_stats, input, weight, bias, training,
+                            momentum, eps)
+
+
+_KERNELS = {
+    "native_batch_norm": _native_batch_norm,
+    "convolution_overrideable": _convolution_overrideable,
+    "convolution_backward_overrideable": _convolution_backward_overrideable,
+    "empty.memory_format": _empty,
+    "empty_strided": _empty_strided,
+    "_copy_from": _copy_from,
+    "_copy_from_and_resize": _copy_from_and_resize,
+    "_to_copy": _to_copy,
+    "_local_scalar_dense": _local_scalar_dense,
+    "resize_": _resize_,
+}
+
+
+# -- storages: the places PyTorch would call a C++ allocator --------------------------------------
+def _clone_storage(storage) -> torch.UntypedStorage:
+    """A fornax copy of a fornax storage, through the runtime seam (device to device)."""
+    session = eager.current()
+    new = T.new_storage(storage.nbytes(), session)
+    if storage.nbytes():
+        session.runtime.memcpy_d2d(session.address(new.data_ptr()), session.address(storage.data_ptr()),
+                                   storage.nbytes(), eager.current_runtime_stream(session))
+    return new
+
+
+def _storage_to_fornax(storage) -> torch.UntypedStorage:
+    """A CPU storage's bytes in a new fornax storage."""
+    if storage.device.type == "fornax":
+        return storage
+    data = torch.empty(0, dtype=torch.uint8).set_(storage.untyped()
+                                                  if hasattr(storage, "untyped") else storage)
+    t = T.to_device(data)
+    return t.untyped_storage()
+
+
+def _patch_storage() -> None:
+    base = torch.storage._StorageBase
+    original_clone = base.clone
+    original_to = torch.storage._to
+
+    def clone(self):
+        if self.device.type == "fornax":
+            return _clone_storage(self)
+        return original_clone(self)
+
+    def to(self, device, non_blocking=False):
+        device = torch.device(device)
+        if self.device.type == "fornax" and device.type == "fornax":
+            return self
+        if device.type == "fornax":
+            return _storage_to_fornax(self)
+        if self.device.type == "fornax":
+            host = T.read(T.wrap(self, (self.nbytes(),), (1,), torch.uint8))
+            return host.untyped_storage()
+        return original_to(self, device, non_blocking)
+
+    def fornax(self, device=None, non_blocking=False):
+        return to(self, "fornax", non_blocking)
+
+    base.clone = clone
+    torch.UntypedStorage.clone = clone
+    torch.storage._to = to
+    base.fornax = fornax
+    torch.UntypedStorage.fornax = fornax
+
+    def tag(obj):
+        if getattr(obj, "device", None) is not None and obj.device.type == "fornax":
+            return "fornax"
+        return None
+
+    def restore(obj, location):
+        if location.startswith("fornax"):
+            _device_module._check_index(location)
+            return _storage_to_fornax(obj)
+        return None
+    torch.serialization.register_package(9, tag, restore)

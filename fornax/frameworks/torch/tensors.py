@@ -1,0 +1,162 @@
+"""Tensors whose bytes live in simulated device memory.
+
+A fornax tensor is an ordinary ``torch.Tensor`` on the PrivateUse1 key (renamed
+``fornax``) whose storage was built with ``torch._C._construct_storage_from_data_pointer``:
+its data pointer is the tagged simulated device address (see :mod:`.session`), so
+``t.data_ptr()`` is exactly ``storage address + storage_offset * itemsize``, the number a
+kernel receives.  The storage is freed through the runtime seam's caching allocator
+when PyTorch drops its last reference (a ``weakref.finalize`` on the storage, which may
+run on any thread, e.g. the autograd engine's).
+
+Moving data between the host and the device always goes through the runtime seam
+(``memcpy_h2d`` / ``memcpy_d2h`` on the session's current stream).  Strided tensors are
+read and written as the byte span they cover, so views, storage offsets and
+in-place writes through a view keep PyTorch's exact semantics.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+from .session import DeviceError, Session, current
+
+DEVICE = "fornax"
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+#: torch dtypes the device stores (anything with a numpy twin of the same bytes)
+_NUMPY = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
+          torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
+          torch.uint8: np.uint8, torch.bool: np.bool_, torch.complex64: np.complex64,
+          torch.complex128: np.complex128}
+# bfloat16 has no numpy twin: its bytes travel as int16 and are reinterpreted by torch
+_VIEW_AS = {torch.bfloat16: (np.int16, torch.int16)}
+
+
+def is_fornax(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == DEVICE
+
+
+def numpy_dtype(dtype: torch.dtype):
+    if dtype in _NUMPY:
+        return _NUMPY[dtype]
+    if dtype in _VIEW_AS:
+        return _VIEW_AS[dtype][0]
+    raise DeviceError(f"dtype {dtype} cannot be stored on the fornax device", seam="framework",
+                      hint="convert to a float, integer or bool dtype first")
+
+
+def new_storage(nbytes: int, session: Session | None = None) -> torch.UntypedStorage:
+    """A storage of ``nbytes`` in simulated device memory (freed when torch drops it)."""
+    session = session or current()
+    ptr = session.malloc(nbytes)
+    storage = torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes))
+    weakref.finalize(storage, _free, session, ptr)
+    return storage
+
+
+def _free(session: Session, ptr: int) -> None:
+    try:
+        session.free(ptr)
+    except Exception:           # at interpreter exit the runtime may already be gone
+        pass
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def span_elements(shape, stride) -> int:
+    """Elements from the first to one past the last one a view of ``shape``/``stride`` reaches."""
+    n = 1
+    for d, s in zip(shape, stride):
+        if d == 0:
+            return 0
+        n += (d - 1) * s
+    return n
+
+
+def wrap(storage, shape, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
+    """A fornax tensor viewing ``storage`` (no copy)."""
+    t = torch._C._acc.create_empty_tensor([0], dtype)
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, t, storage, int(offset), list(shape), list(stride))
+    return t
+
+
+def empty(shape, dtype: torch.dtype, stride=None, session: Session | None = None) -> torch.Tensor:
+    shape = tuple(int(d) for d in shape)
+    stride = contiguous_strides(shape) if stride is None else tuple(int(s) for s in stride)
+    nbytes = span_elements(shape, stride) * dtype.itemsize
+    return wrap(new_storage(nbytes, session), shape, stride, dtype)
+
+
+def address(t: torch.Tensor, session: Session | None = None) -> int:
+    """The simulated device address of ``t``'s first element."""
+    session = session or current()
+    return session.address(t.data_ptr(), "tensor")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """(first element's address, bytes covered) of a fornax tensor view."""
+    n = span_elements(t.shape, t.stride())
+    return address(t), n * t.element_size()
+
+
+def read(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of a fornax tensor (its logical elements, contiguous)."""
+    session = current()
+    if t.numel() == 0:
+        return torch.empty(t.shape, dtype=t.dtype)
+    addr, nbytes = _span(t)
+    raw = np.empty(nbytes, dtype=np.uint8)
+    with session.lock:
+        session.runtime.memcpy_d2h(raw, addr, _stream(session), blocking=True)
+    flat = torch.from_numpy(raw).view(t.dtype)
+    return flat.as_strided(tuple(t.shape), tuple(t.stride())).clone()
+
+
+def write(t: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy the CPU tensor ``src`` (broadcast to ``t``'s shape, cast to its dtype) into the
+    fornax tensor ``t``, honouring ``t``'s strides and offset."""
+    session = current()
+    if t.numel() == 0:
+        return
+    src = src.to(dtype=t.dtype).expand(t.shape)
+    addr, nbytes = _span(t)
+    stream = _stream(session)
+    with session.lock:
+        if t.is_contiguous():
+            data = src.contiguous().view(-1)
+        else:                    # read-modify-write the span: elements between the view's are kept
+            raw = np.empty(nbytes, dtype=np.uint8)
+            session.runtime.memcpy_d2h(raw, addr, stream, blocking=True)
+            data = torch.from_numpy(raw).view(t.dtype)
+            data.as_strided(tuple(t.shape), tuple(t.stride())).copy_(src)
+        host = _as_numpy(data)
+        session.runtime.memcpy_h2d(addr, host.view(np.uint8), stream)
+        session.runtime.stream_synchronize(stream)    # the host buffer may go away after we return
+
+
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype in _VIEW_AS:
+        t = t.view(_VIEW_AS[t.dtype][1])
+    return np.ascontiguousarray(t.numpy())
+
+
+def to_device(src: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new contiguous fornax tensor holding a CPU tensor's values."""
+    out = empty(src.shape, dtype or src.dtype)
+    write(out, src)
+    return out
+
+
+def _stream(session: Session):
+    from .streams import current_runtime_stream     # the stream torch.fornax.stream(...) selected
+    return current_runtime_stream(session)
