@@ -18,7 +18,7 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import calibration, collectives, compile_times, gemm_sweep, shape_only
+from . import calibration, collectives, compile_times, gemm_sweep, shape_only, torch_frontend
 
 REPEATS = 5
 
@@ -82,6 +82,7 @@ def main() -> None:
     shape_only.main()
     gemm_sweep.main()
     collectives.main()
+    torch_frontend.main()
 
 
 if __name__ == "__main__":

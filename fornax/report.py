@@ -13,6 +13,8 @@ Schema ``fornax.report/1`` — top-level keys:
 ``fallbacks``  ops that ran on the CPU, with reasons
 ``errors``     errors raised during the run (a fornax error as a dict)
 ``races``      data races the happens-before detector found (both commands named)
+``torch``      only for a torch front-end workload (``--framework torch``): ATen calls by
+               route, the ops, CPU fallbacks with counts and reasons, losses per step
 
 Simulated device time and host wall time are different clocks and are never
 added together.
@@ -41,7 +43,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def manifest(stack, workload: str) -> dict:
+def manifest(stack, workload: str, framework: str = "graph") -> dict:
     cfg = stack.config
     return {
         "fornax": fornax.__version__,
@@ -56,13 +58,14 @@ def manifest(stack, workload: str) -> dict:
         "devices": cfg.devices,
         "seed": cfg.seed,
         "workload": workload,
+        "framework": framework,          # graph (built in the graph IR) or torch (torch.nn)
         # shape-only mode: no data ran, so numerics is empty and costs come from kernel estimates
         "meta": bool(getattr(cfg, "meta", False)),
     }
 
 
 def build(stack, workload: str, result=None, numerics=None, host_wall_s: float = 0.0,
-          errors=None) -> dict:
+          errors=None, framework: str = "graph") -> dict:
     seams = {seam: stack.seam(seam).report() for seam in SEAM_ORDER}
     seams["compiler"]["negotiation"] = stack.negotiation
     driver = stack.driver
@@ -98,7 +101,7 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
     costs["peak_temp_c"] = max(p["peak_temp_c"] for p in power)
     return {
         "schema": SCHEMA,
-        "manifest": manifest(stack, workload),
+        "manifest": manifest(stack, workload, framework),
         "seams": seams,
         "numerics": list(numerics or []),
         "costs": costs,
@@ -107,6 +110,26 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
         "errors": list(errors or []),
         "races": [r.to_dict() for d in stack.devices for r in d.races],
     }
+
+
+TORCH_ROUTES = ("native", "decomposed", "fallback", "view")
+
+
+def torch_section(routes: dict, *, mode: str = "eager", stack: str = "", losses=(),
+                  reference_losses=(), reference_wall_s: float = 0.0) -> dict:
+    """``report["torch"]``: what the torch front end did in one run.  ``routes`` is that run's
+    share of ``fornax.frameworks.torch.report()`` (``ops`` rows ``{op, route, count, reason}``);
+    calls per route always name native, decomposed, fallback and view (0 when unused)."""
+    ops = [dict(r) for r in routes.get("ops", [])]
+    totals = {r: 0 for r in TORCH_ROUTES}
+    for r in ops:
+        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
+    return {"mode": mode, "stack": stack, "routes": totals, "ops": ops,
+            "fallbacks": [{"op": r["op"], "count": r["count"], "reason": r["reason"]}
+                          for r in ops if r["route"] == "fallback"],
+            "losses": [float(v) for v in losses],
+            "reference_losses": [float(v) for v in reference_losses],
+            "reference_wall_s": reference_wall_s}
 
 
 # ---- rendering ------------------------------------------------------------------------------
@@ -157,8 +180,10 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
     if name == "library":
         lines = [f"{seam['name']}: {seam['calls']} call(s); ships {', '.join(seam['shipped'])}"]
         for c in seam["algorithms_chosen"][:6]:
-            b, m, n, k = c["shape"]
-            lines.append(f"gemm {b}x{m}x{n}x{k}: {c['algorithm']} from {c['image']} — {c['reason']}")
+            # gemm shapes are [batch, m, n, k]; other routines (convolution) list their own sizes
+            what = "gemm" if c.get("routine", "gemm") == "gemm" else c["routine"]
+            lines.append(f"{what} {'x'.join(map(str, c['shape']))}: {c['algorithm']} from {c['image']} "
+                         f"— {c['reason']}")
         return lines
     if name == "runtime":
         return [f"{seam['api']}, queues: {seam['queue_kind']}; {seam['launches']} launches, "
@@ -230,6 +255,8 @@ def render(report: dict, console: Console | None = None) -> None:
         ct.add_row("time at a throttled clock", fmt_time(c["throttled_s"]))
         ct.add_row("peak temperature", f"{c['peak_temp_c']:.1f} °C")
     console.print(ct)
+    if report.get("torch"):
+        _render_torch(report["torch"], console)
 
     if report["fallbacks"]:
         ft = Table(title="CPU fallbacks")
@@ -260,3 +287,31 @@ def _cache_levels(c: dict | None) -> str:
         return ""
     corrupt = f", {c['corrupt']} corrupt entries rebuilt" if c.get("corrupt") else ""
     return f" (memory {c['memory_hits']}, disk {c['disk_hits']}, misses {c['misses']}{corrupt})"
+
+
+def _render_torch(sec: dict, console: Console) -> None:
+    """The torch front end's section: ATen calls by route, CPU fallbacks, losses per step."""
+    rt = Table(title=f"torch front end ({sec['mode']}, {sec['stack']}): ATen calls by route")
+    for col in ("route", "calls", "ops", "most called"):
+        rt.add_column(col, justify="right" if col in ("calls", "ops") else "left")
+    for route, calls in sec["routes"].items():
+        ops = [r for r in sec["ops"] if r["route"] == route]
+        top = ", ".join(f"{r['op'].removeprefix('aten::')} x{r['count']}" for r in ops[:4])
+        rt.add_row(route, str(calls), str(len(ops)), top + (", ..." if len(ops) > 4 else ""))
+    console.print(rt)
+    if sec["fallbacks"]:
+        ft = Table(title="torch front end: CPU fallbacks")
+        for col in ("op", "calls", "reason"):
+            ft.add_column(col, justify="right" if col == "calls" else "left")
+        for f in sec["fallbacks"]:
+            ft.add_row(f["op"], str(f["count"]), f["reason"])
+        console.print(ft)
+    if sec["losses"]:
+        lt = Table(title="training loss per step (fornax device vs float64 CPU)")
+        for col in ("step", "loss", "CPU float64", "rel diff"):
+            lt.add_column(col, justify="right")
+        refs = sec["reference_losses"] or [None] * len(sec["losses"])
+        for i, (a, b) in enumerate(zip(sec["losses"], refs)):
+            lt.add_row(str(i), f"{a:.6g}", "-" if b is None else f"{b:.6g}",
+                       "-" if not b else f"{abs(a - b) / abs(b):.1e}")
+        console.print(lt)

@@ -63,6 +63,9 @@ def main() -> None:
               help="Stack config TOML ([stack] vendor/spec/devices/seed, [stack.seams]).")
 @click.option("--workload", default=None, metavar="NAME",
               help=f"Workload to run (default {DEFAULT_WORKLOAD}; see `fornax workloads`).")
+@click.option("--framework", default="graph", metavar="NAME",
+              help="Where the workload comes from: graph (built in fornax's graph IR, default) or "
+                   "torch (a torch.nn program on torch.device('fornax')).")
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
 @click.option("--devices", type=int, default=None, metavar="N",
@@ -86,8 +89,10 @@ def main() -> None:
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
-                dump_ir=None):
+                dump_ir=None, framework="graph"):
     """Compose a stack seam by seam, run a workload through it, and report."""
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {framework!r}; available: {', '.join(FRAMEWORKS)}")
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
         raise ConfigError("no stack given: use --vendor V, --seam SEAM=V for every seam, or --config FILE")
@@ -95,8 +100,22 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
                       devices=devices, topology=topology, meta=meta,
                       translate=False if no_translate else None,
                       fuse=False if no_fuse else None, dump_ir=dump_ir)
-    wl = get_workload(workload or DEFAULT_WORKLOAD)
-    if wl.meta_only and not cfg.meta:
+    if framework == "torch":
+        from ..scenarios import torch_workloads
+        wl = torch_workloads.get_workload(workload or torch_workloads.DEFAULT_WORKLOAD)
+        if cfg.meta:
+            raise ConfigError("--framework torch computes real values on the fornax device; a "
+                              "shape-only (--meta) stack cannot back it")
+    else:
+        try:
+            wl = get_workload(workload or DEFAULT_WORKLOAD)
+        except ConfigError as exc:
+            from ..scenarios.torch_workloads import WORKLOADS as TORCH_WORKLOADS
+            if workload in TORCH_WORKLOADS:
+                raise ConfigError(exc.message,
+                                  hint=f"{workload} is a torch workload: add --framework torch") from None
+            raise
+    if framework == "graph" and wl.meta_only and not cfg.meta:
         raise ConfigError(f"workload {wl.name} needs shape-only mode: add --meta (its weights and "
                           "activations are too large to hold as data)")
     stack = compose(cfg)
@@ -107,11 +126,14 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
             raise ConfigError(f"--inject: {exc}") from None
         for device in stack.devices:
             device.inject(plan)
-    graph, feeds = wl.build(cfg.seed) if wl.runner is None else (None, None)
+    graph, feeds = wl.build(cfg.seed) if framework == "graph" and wl.runner is None else (None, None)
     t0 = time.perf_counter()
-    errors, result, nums, scenario = [], None, [], None
+    errors, result, nums, scenario, trun = [], None, [], None, None
     try:
-        if wl.runner is not None:           # a scenario that drives the stack itself
+        if framework == "torch":            # a torch.nn program through the torch front end
+            trun = torch_workloads.run(wl.name, stack, seed=cfg.seed)
+            nums = trun.numerics
+        elif wl.runner is not None:         # a scenario that drives the stack itself
             result, scenario = wl.runner(stack, cfg.seed)
         else:
             result = stack.run(graph, feeds)
@@ -121,10 +143,12 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
             raise
         errors.append(exc.to_dict())
         failed = str(exc)                   # the message with the vendor code and the hint
-    wall = time.perf_counter() - t0
-    rep = report_mod.build(stack, wl.name, result, nums, wall, errors)
+    wall = trun.host_wall_s if trun is not None else time.perf_counter() - t0
+    rep = report_mod.build(stack, wl.name, result, nums, wall, errors, framework=framework)
     if scenario is not None:
         rep["scenario"] = scenario
+    if framework == "torch":
+        rep["torch"] = _torch_section(trun)
     if trace_path:
         try:
             with open(trace_path, "w", encoding="utf-8") as fh:
@@ -148,6 +172,21 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
 
 
 compose_cmd.name = "compose"
+FRAMEWORKS = ("graph", "torch")
+
+
+def _torch_section(trun) -> dict:
+    """``report["torch"]`` for a torch workload; after a failed run, what the front end did
+    until the failure (the run had a fresh front-end session of its own)."""
+    if trun is not None:
+        return report_mod.torch_section(trun.routes, mode=trun.mode, stack=trun.stack,
+                                        losses=trun.losses, reference_losses=trun.reference_losses,
+                                        reference_wall_s=trun.reference_wall_s)
+    import fornax.frameworks.torch as ft
+
+    from ..scenarios.torch_workloads import route_delta
+    session = ft.current()
+    return report_mod.torch_section(route_delta({}, session.report()), stack=session.describe())
 
 
 def _render_scenario(sc: dict, console: Console) -> None:
@@ -204,12 +243,15 @@ def specs(name, debug):
 
 @main.command()
 def workloads():
-    """List the workloads `fornax compose --workload` runs."""
+    """List the workloads `fornax compose --workload` runs (`--framework graph` or `torch`)."""
+    from ..scenarios.torch_workloads import WORKLOADS as TORCH_WORKLOADS
     t = Table(title="workloads")
+    t.add_column("framework")
     t.add_column("name")
     t.add_column("description")
-    for w in WORKLOADS.values():
-        t.add_row(w.name, w.description)
+    for kind, table in (("graph", WORKLOADS), ("torch", TORCH_WORKLOADS)):
+        for w in table.values():
+            t.add_row(kind, w.name, w.description)
     Console().print(t)
 
 

@@ -796,8 +796,10 @@ class QueueBase:
 
         def work() -> float:
             counters, cost = device.run_kernel(space, program, grid, args)
-            touched = [*counters.read_ranges.values(), *counters.write_ranges.values()]
-            extra = d.managed_device_access(device, space, touched)   # migrations / remote reads
+            # migrations / remote reads of managed memory (none to look for without managed memory)
+            extra = d.managed_device_access(
+                device, space, [*counters.read_ranges.values(), *counters.write_ranges.values()]
+            ) if d._managed else 0.0
             duration = cost.duration_s - saved * cost.launch_s
             flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
             d.kernel_log.append(KernelRecord(entry, grid, duration, flops,

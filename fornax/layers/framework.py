@@ -27,6 +27,12 @@ from .library import Library
 from .runtime import Runtime
 
 
+def _c_order(a) -> np.ndarray:
+    """A C-contiguous array of ``a``, keeping 0-d arrays 0-d (``np.ascontiguousarray`` makes
+    them 1-d)."""
+    return np.asarray(a, order="C")
+
+
 @dataclass(frozen=True)
 class MetaArray:
     """A tensor without data: what shape-only (meta) mode feeds in and hands back."""
@@ -188,7 +194,7 @@ class FrameworkBase:
             elif self.meta:
                 out[v.name] = MetaArray(arr.shape, arr.dtype)      # only its shape travels
             else:
-                out[v.name] = np.ascontiguousarray(arr)
+                out[v.name] = _c_order(arr)
         return out
 
     def run(self, graph: Graph, feeds: dict[str, np.ndarray],
@@ -211,7 +217,7 @@ class FrameworkBase:
             self.counts[r.kind] += 1
         env: dict[int, np.ndarray] = {id(v): feeds[v.name] for v in graph.inputs}
         for v in graph.constants:
-            env[id(v)] = MetaArray.like(v) if self.meta else np.ascontiguousarray(v.const)
+            env[id(v)] = MetaArray.like(v) if self.meta else _c_order(v.const)
         plans, fallbacks = [], []
         segment: list[Node] = []
         for node, route in zip(graph.nodes, routes):
@@ -238,7 +244,7 @@ class FrameworkBase:
         with np.errstate(all="ignore"):
             res = OPS[node.op].reference(*args, **node.attrs)
         out = node.outputs[0]
-        env[id(out)] = np.ascontiguousarray(np.asarray(res).astype(out.dtype.numpy))
+        env[id(out)] = _c_order(np.asarray(res).astype(out.dtype.numpy))
 
     def _segment_graph(self, graph: Graph, nodes: list[Node],
                        index: int) -> tuple[Graph, list[Value], list[Value]]:
@@ -340,7 +346,7 @@ def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
 
 def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, library: Library | None,
                module, stream, collective: CollectiveHandler | None = None,
-               keep: frozenset = frozenset()) -> dict[int, int]:
+               keep: frozenset = frozenset(), resident: bool = False) -> dict[int, int]:
     """Launch a plan's steps in order on ``stream``.
 
     ``ptrs`` holds the device address of every buffer the caller placed (inputs, constants,
@@ -349,7 +355,13 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
     compiler's memory plan (``plan.memory``) puts in one slot share one allocation.  The
     caller frees what it placed.  Buffers in ``keep`` that this call allocates are not
     released: they are returned (buffer id -> address) for the caller to read and free.
-    On an error everything this call allocated is freed."""
+    On an error everything this call allocated is freed.  ``resident`` (a framework's
+    eager path) takes temporaries from the runtime's stream-ordered caching allocator
+    (``allocate``/``deallocate``: no device synchronisation) instead of ``malloc``/``free``."""
+    if resident:
+        malloc, free = (lambda n: runtime.allocate(n, stream)), runtime.deallocate
+    else:
+        malloc, free = runtime.malloc, runtime.free
     first, last = _lifetimes(plan)
     placed = set(ptrs) | set(keep)
     release: dict[int, list[int]] = {}
@@ -369,10 +381,10 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
                 if bid not in ptrs:
                     s = slot_of.get(bid)
                     if s is None:
-                        ptrs[bid] = own[bid] = runtime.malloc(plan.buffers[bid].nbytes)
+                        ptrs[bid] = own[bid] = malloc(plan.buffers[bid].nbytes)
                     else:
                         if s not in slot_ptr:
-                            slot_ptr[s] = runtime.malloc(mem.slot_bytes[s])
+                            slot_ptr[s] = malloc(mem.slot_bytes[s])
                         ptrs[bid] = slot_ptr[s]
             if isinstance(step, KernelStep):
                 args = {name: ptrs[bid] for name, bid in step.args.items()}
@@ -399,23 +411,23 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
                 collective(runtime, step, {role: ptrs[bid] for role, bid in step.buffers.items()})
             for bid in release.get(i, ()):
                 if bid >= 0:
-                    runtime.free(own.pop(bid))
+                    free(own.pop(bid))
                     del ptrs[bid]
                 elif -1 - bid in slot_ptr:
                     ptr = slot_ptr.pop(-1 - bid)
                     for m in [m for m, p in ptrs.items() if p == ptr and slot_of.get(m) == -1 - bid]:
                         del ptrs[m]
-                    runtime.free(ptr)
+                    free(ptr)
     except BaseException:
         for ptr in {*own.values(), *slot_ptr.values()}:      # a shared slot is freed once
             try:
-                runtime.free(ptr)
+                free(ptr)
             except FornaxError:
                 pass
         raise
     kept = {bid: own.pop(bid) for bid in list(own) if bid in keep}
     for ptr in {*own.values(), *slot_ptr.values()}:          # left over: nothing released them
-        runtime.free(ptr)
+        free(ptr)
     return kept
 
 
@@ -441,7 +453,7 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
         for bid, buf in plan.buffers.items():
             if buf.role == "constant":
                 runtime.memcpy_h2d(ptrs[bid], MetaArray(buf.shape, buf.dtype.numpy) if meta
-                                   else np.ascontiguousarray(buf.data), stream)
+                                   else _c_order(buf.data), stream)
         module = runtime.load_module(plan.binary) if plan.binary is not None else None
         ptrs.update(_run_steps(plan, dict(ptrs), runtime, library, module, stream, collective,
                                keep=frozenset(plan.outputs)))
@@ -480,7 +492,7 @@ class ResidentPlan:
         for bid, buf in plan.buffers.items():
             if buf.role == "constant":
                 self.constants[bid] = runtime.malloc(buf.nbytes)
-                runtime.memcpy_h2d(self.constants[bid], np.ascontiguousarray(buf.data), stream)
+                runtime.memcpy_h2d(self.constants[bid], _c_order(buf.data), stream)
         self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
         self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
         self._copy_out = []          # outputs that need a device-to-device copy after the steps
@@ -502,7 +514,8 @@ class ResidentPlan:
         for bid, ptr, copy in zip(plan.outputs, out_ptrs, self._copy_out):
             if not copy:
                 ptrs[bid] = ptr
-        _run_steps(plan, dict(ptrs), runtime, self.library, self.module, stream, collective)
+        _run_steps(plan, dict(ptrs), runtime, self.library, self.module, stream, collective,
+                   resident=True)
         for bid, ptr, copy, nbytes in zip(plan.outputs, out_ptrs, self._copy_out, self.out_nbytes):
             if copy and nbytes:
                 runtime.memcpy_d2d(ptr, ptrs[bid], nbytes, stream)

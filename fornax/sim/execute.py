@@ -12,10 +12,11 @@ is never a Python loop over single instances.
 **Replay.**  A kernel launched again over the same grid with the same scalar
 arguments computes the same indices, touches the same offsets of its buffers
 and counts the same work; only the buffers' contents and base addresses
-differ.  So the first launch of each (program, grid, scalars) is *recorded*:
-a register that depends only on the grid, constants, scalars and loop
-counters is static, and the tape keeps just the instructions that read
-memory or depend on what was read, each with the static registers it reads.
+differ.  So the second launch of each (program, grid, scalars) is *recorded*
+(the first runs plainly: many kernels run only once): a register that
+depends only on the grid, constants, scalars and loop counters is static,
+and the tape keeps just the instructions that read memory or depend on what
+was read, each with the static registers it reads.
 A later launch replays the tape and takes its counters from the recording
 (byte ranges rebased on the pointer arguments).  A replayed load or store
 whose elements all lie in one mapping indexes that mapping directly;
@@ -207,6 +208,21 @@ class _Lanes:
         return sum(a.nbytes for a in (self.mask, self.index) if a is not None)
 
 
+#: tape marks: a binary / unary whose operands need no alignment and no compute-dtype widening
+_PLAIN_BINARY, _PLAIN_UNARY = "plain binary", "plain unary"
+
+
+def _plain(ins, t, regs):
+    if t is isa.Binary:
+        a, b = regs[ins.a], regs[ins.b]
+        if (a.ndim == b.ndim and a.dtype == b.dtype and ins.fn not in isa.BITWISE
+                and _dtype_name(a) not in _LOW_PRECISION):
+            return _PLAIN_BINARY
+    elif t is isa.Unary and _dtype_name(regs[ins.src]) not in _LOW_PRECISION:
+        return _PLAIN_UNARY
+    return None
+
+
 class _Recorder:
     """Watches a first launch: which registers are static, and the tape of the rest."""
 
@@ -233,7 +249,7 @@ class _Recorder:
         if t in _MEMORY and (ins.offsets not in static or (ins.mask is not None and ins.mask not in static)):
             self.ok = False                 # data-dependent addresses: not replayable
             return False
-        self.tape.append([ins, {r: regs[r] for r in reads if r in static}, None])
+        self.tape.append([ins, {r: regs[r] for r in reads if r in static}, _plain(ins, t, regs)])
         return False
 
     def after(self, ins, static: bool, lanes) -> None:
@@ -248,7 +264,7 @@ class _Recorder:
 
 
 class _Run:
-    def __init__(self, program: isa.Program, space: AddressSpace, args: dict, counters: Counters,
+    def __init__(self, program: isa.Program, space: AddressSpace, args: dict, counters: Counters | None,
                  ptr_dtype: dict, recorder: _Recorder | None = None):
         self.program = program
         self.space = space
@@ -449,55 +465,6 @@ class _Run:
             self.c.bytes_written += addrs.size * dtype.itemsize
             self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
 
-    # -- the replay path of loads and stores (see the module docstring) ----------------------
-    def _holding(self, lanes: _Lanes):
-        """(mapping, element offset of the pointer in it) when every active element lies in
-        one mapping and the pointer is aligned; else None (the general path decides)."""
-        base = int(self.args[lanes.ptr])
-        if base % lanes.itemsize:
-            return None
-        m = self.space.holding(base + lanes.lo, base + lanes.hi + lanes.itemsize)
-        return None if m is None else (m, (base - m.va) // lanes.itemsize)
-
-    def fast_load(self, ins, lanes: _Lanes) -> bool:
-        where = self._holding(lanes)
-        if where is None:
-            return False
-        m, off = where
-        elements = self.space.elements(m, lanes.dtype)
-        if lanes.index is None:
-            first = off + lanes.start
-            got = elements[first: first + lanes.count].copy()
-        else:
-            got = elements[lanes.index + off]
-        if lanes.mask is None:
-            values = got.reshape(lanes.shape)
-        else:
-            values = np.full(lanes.shape, ins.other, dtype=lanes.dtype)
-            values[lanes.mask] = got
-        self.regs[ins.dst] = values
-        return True
-
-    def fast_store(self, ins, lanes: _Lanes) -> bool:
-        where = self._holding(lanes)
-        if where is None:
-            return False
-        m, off = where
-        value = self.regs[ins.value]
-        if value.shape != lanes.vshape:
-            value = value.reshape(lanes.vshape)
-        value = value.astype(lanes.dtype, copy=False)
-        if value.shape != lanes.shape:
-            value = np.broadcast_to(value, lanes.shape)
-        values = value[lanes.mask] if lanes.mask is not None else np.ascontiguousarray(value).ravel()
-        if lanes.index is None:
-            first = off + lanes.start
-            index = slice(first, first + lanes.count)
-        else:
-            index = lanes.index + off
-        self.space.store_elements(m, lanes.dtype, index, values)
-        return True
-
     def store_reduce(self, ins, n: int) -> None:
         """Collect contributions; they are combined once, in order, when the kernel ends."""
         addrs, values, _ = self._lanes(ins, n)
@@ -545,15 +512,16 @@ class _Program:
     """What a program needs at every launch, worked out once: chunk size, pointer dtypes,
     scalar parameters; and the keys of its recordings (dropped when the program is)."""
 
-    __slots__ = ("ref", "chunk", "ptr_dtype", "names", "scalars", "keys", "skip", "__weakref__")
+    __slots__ = ("ref", "tile", "ptr_dtype", "names", "scalars", "keys", "skip", "seen", "__weakref__")
 
     def __init__(self, program: isa.Program):
-        self.chunk: int | None = None   # instances per chunk (worked out at the first run)
+        self.tile: int | None = None    # isa.max_tile_elements (worked out at the first run)
         self.ptr_dtype = {p.name: isa.np_dtype(p.dtype) for p in program.params if p.kind == "ptr"}
         self.names = tuple(p.name for p in program.params)
         self.scalars = tuple((p.name, p.dtype) for p in program.params if p.kind == "scalar")
         self.keys: set = set()          # recordings of this program held in _RECORDINGS
         self.skip: set = set()          # keys found not replayable (or too large to keep)
+        self.seen: set = set()          # keys launched once: the second launch records
 
 
 class _Recording:
@@ -563,14 +531,12 @@ class _Recording:
     __slots__ = ("chunks", "counters", "read_rel", "write_rel", "nbytes", "pricing")
 
     def __init__(self, rec: _Recorder, counters: Counters, args: dict):
-        self.chunks = [(n, [(ins, statics, lanes) for ins, statics, lanes in tape])
-                       for n, tape in rec.chunks]
         self.counters = counters
-        self.read_rel = {k: (lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.read_ranges.items()}
-        self.write_rel = {k: (lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.write_ranges.items()}
+        self.read_rel = [(k, lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.read_ranges.items()]
+        self.write_rel = [(k, lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.write_ranges.items()]
         seen, total = set(), 0
-        for _, tape in self.chunks:
-            for _, statics, lanes in tape:
+        for _, tape in rec.chunks:
+            for _, statics, how in tape:
                 for arr in statics.values():
                     _frozen(arr)
                     while isinstance(arr.base, np.ndarray):     # a view: count what it views
@@ -578,22 +544,116 @@ class _Recording:
                     if id(arr) not in seen:
                         seen.add(id(arr))
                         total += arr.nbytes
-                if lanes is not None:
-                    total += lanes.nbytes()
+                if isinstance(how, _Lanes):
+                    total += how.nbytes()
         self.nbytes = total
+        #: per chunk, the tape as (static registers to bind, operation) pairs
+        self.chunks = [[(statics, _operation(ins, how, n)) for ins, statics, how in tape]
+                       for n, tape in rec.chunks]
         self.pricing: dict = {}         # the device's kernel prices of this work (see Device)
 
     def counted(self, args: dict) -> Counters:
         c = self.counters
-        out = Counters(instances=c.instances, matrix_flops=dict(c.matrix_flops),
-                       vector_flops=dict(c.vector_flops), bytes_read=c.bytes_read,
-                       bytes_written=c.bytes_written, instructions=c.instructions,
-                       read_ranges={k: (int(args[k]) + lo, int(args[k]) + hi)
-                                    for k, (lo, hi) in self.read_rel.items()},
-                       write_ranges={k: (int(args[k]) + lo, int(args[k]) + hi)
-                                     for k, (lo, hi) in self.write_rel.items()})
+        out = Counters(c.instances, dict(c.matrix_flops), dict(c.vector_flops), c.bytes_read,
+                       c.bytes_written, c.instructions, {}, {})
+        for table, rel in ((out.read_ranges, self.read_rel), (out.write_ranges, self.write_rel)):
+            for k, lo, hi in rel:
+                base = int(args[k])
+                table[k] = (base + lo, base + hi)
         out.pricing = self.pricing      # not a field: the same work, priced once per footprint
         return out
+
+
+class _Replay:
+    """One replayed launch: its registers, and the general executor when an operation needs
+    it (an instruction with no fast form, a load or store the fast path cannot take)."""
+
+    __slots__ = ("program", "space", "args", "grid", "ptr_dtype", "regs", "run")
+
+    def __init__(self, program, space, args, grid, ptr_dtype):
+        self.program, self.space, self.args, self.grid, self.ptr_dtype = program, space, args, grid, ptr_dtype
+        self.regs: dict = {}
+        self.run: _Run | None = None
+
+    def general(self, ins, n: int) -> None:
+        run = self.run
+        if run is None:
+            run = self.run = _Run(self.program, self.space, self.args, None, self.ptr_dtype)
+            run.counting = False
+        run.regs = self.regs
+        run.step(ins, type(ins), None, n, self.grid)
+
+
+def _operation(ins, how, n: int):
+    """A tape entry as a function ``(regs, args, space, replay)`` doing what :meth:`_Run.step`
+    does with counting off (the general path itself when there is no faster form)."""
+    if how is _PLAIN_BINARY:
+        fn, a, b, dst = _BINARY[ins.fn], ins.a, ins.b, ins.dst
+
+        def binary(regs, args, space, replay):
+            x = regs[a]
+            with np.errstate(all="ignore"):
+                y = fn(x, regs[b])
+            regs[dst] = y if y.dtype == np.bool_ else y.astype(x.dtype, copy=False)
+        return binary
+    if how is _PLAIN_UNARY:
+        fn, src, dst = _UNARY[ins.fn], ins.src, ins.dst
+
+        def unary(regs, args, space, replay):
+            x = regs[src]
+            with np.errstate(all="ignore"):
+                y = fn(x)
+            regs[dst] = y if y.dtype == np.bool_ else y.astype(x.dtype, copy=False)
+        return unary
+    if not isinstance(how, _Lanes):
+        def general(regs, args, space, replay):
+            replay.general(ins, n)
+        return general
+    # a load or store with a static layout: index the one mapping that holds it, directly
+    ptr, isz, lo, end = how.ptr, how.itemsize, how.lo, how.hi + how.itemsize
+    dtype, start, count, index, mask, shape = how.dtype, how.start, how.count, how.index, how.mask, how.shape
+    if type(ins) is isa.Load:
+        dst, other = ins.dst, ins.other
+
+        def load(regs, args, space, replay):
+            base = int(args[ptr])
+            m = None if base % isz else space.holding(base + lo, base + end)
+            if m is None:
+                replay.general(ins, n)      # misaligned, spanning mappings or faulting
+                return
+            elements = space.elements(m, dtype)
+            off = (base - m.va) // isz
+            if index is None:
+                got = elements[off + start: off + start + count].copy()
+            else:
+                got = elements[index + off]
+            if mask is None:
+                regs[dst] = got.reshape(shape)
+            else:
+                values = np.full(shape, other, dtype=dtype)
+                values[mask] = got
+                regs[dst] = values
+        return load
+    src, vshape = ins.value, how.vshape
+
+    def store(regs, args, space, replay):
+        base = int(args[ptr])
+        m = None if base % isz else space.holding(base + lo, base + end)
+        if m is None:
+            replay.general(ins, n)
+            return
+        value = regs[src]
+        if value.shape != vshape:
+            value = value.reshape(vshape)
+        value = value.astype(dtype, copy=False)
+        if value.shape != shape:
+            value = np.broadcast_to(value, shape)
+        values = value[mask] if mask is not None else np.ascontiguousarray(value).ravel()
+        off = (base - m.va) // isz
+        where = slice(off + start, off + start + count) if index is None else index + off
+        # registers are never written in place, so the deferred write may keep ``values``
+        space.store_elements(m, dtype, where, values, owned=True)
+    return store
 
 
 _PROGRAMS: dict[int, _Program] = {}
@@ -614,7 +674,11 @@ def _program_info(program: isa.Program) -> _Program:
         for key in info.keys:
             _drop((pid, key))
 
-    info.ref = weakref.ref(program, forget)
+    try:
+        info.ref = weakref.ref(program, forget)
+    except TypeError:                   # not weakly referable: run it, keep nothing about it
+        info.ref = None
+        return info
     _PROGRAMS[pid] = info
     return info
 
@@ -642,6 +706,14 @@ def _keep(pid: int, info: _Program, key, recording: _Recording) -> None:
             owner.keys.discard(old_key)
 
 
+def recordings(program: isa.Program) -> int:
+    """How many replay recordings of ``program`` are held now (one per grid and scalars)."""
+    info = _PROGRAMS.get(id(program))
+    if info is None or info.ref is None or info.ref() is not program:
+        return 0
+    return sum((id(program), key) in _RECORDINGS for key in info.keys)
+
+
 def clear_recordings() -> None:
     """Forget every replay recording (the next launch of each kernel records again)."""
     global _recorded_bytes
@@ -650,38 +722,38 @@ def clear_recordings() -> None:
     for info in _PROGRAMS.values():
         info.keys.clear()
         info.skip.clear()
+        info.seen.clear()
 
 
-def _launch_key(info: _Program, grid: tuple[int, int, int], args: dict):
-    """What a recording is valid for: the grid and every scalar argument's exact bits
-    (None when a scalar does not convert: the launch runs, and fails, the general way)."""
+def _launch_key(info: _Program, grid: tuple, chunk: int, args: dict):
+    """What a recording is valid for: the grid (plain ints), the chunking, and every scalar
+    argument as the executor sees it (shape and exact bits); None when there is nothing safe
+    to key on (the launch then runs, and fails if it must, the general way)."""
+    if info.ref is None or any(type(g) is not int for g in grid):
+        return None
     if not info.scalars:
-        return grid
+        return grid, chunk
     try:
-        return (grid,) + tuple(np.array([args[name]], dtype=isa.np_dtype(dt)).tobytes()
-                               for name, dt in info.scalars)
+        key = [grid, chunk]
+        for name, dt in info.scalars:
+            value = np.array([args[name]], dtype=isa.np_dtype(dt))
+            key.append((value.shape, value.tobytes()))
+        return tuple(key)
     except Exception:
         return None
 
 
 def _replay(program: isa.Program, recording: _Recording, grid: tuple[int, int, int], args: dict,
             space: AddressSpace, ptr_dtype: dict) -> Counters:
-    runner = _Run(program, space, args, Counters(), ptr_dtype)
-    runner.counting = False
-    Load, Store = isa.Load, isa.Store
-    for n, tape in recording.chunks:
-        regs = runner.regs = {}
-        for ins, statics, lanes in tape:
+    replay = _Replay(program, space, args, grid, ptr_dtype)
+    for tape in recording.chunks:
+        regs = replay.regs = {}
+        for statics, operation in tape:
             if statics:
                 regs.update(statics)
-            if lanes is not None:
-                t = type(ins)
-                if t is Load and runner.fast_load(ins, lanes):
-                    continue
-                if t is Store and runner.fast_store(ins, lanes):
-                    continue
-            runner.step(ins, type(ins), None, n, grid)
-    runner.flush_reductions()
+            operation(regs, args, space, replay)
+    if replay.run is not None and replay.run.pending:
+        replay.run.flush_reductions()
     return recording.counted(args)
 
 
@@ -694,7 +766,10 @@ def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
         raise ExecutionError(f"kernel {program.name!r}: missing argument(s) {', '.join(missing)}")
     gx, gy, gz = grid
     grid = (gx, gy, gz)
-    key = _launch_key(info, grid, args) if REPLAY_BYTES > 0 else None
+    if info.tile is None:
+        info.tile = isa.max_tile_elements(program)
+    chunk = max(1, _CHUNK_ELEMENTS // info.tile)
+    key = _launch_key(info, grid, chunk, args) if REPLAY_BYTES > 0 else None
     pid = id(program)
     if key is not None:
         recording = _RECORDINGS.get((pid, key))
@@ -703,10 +778,15 @@ def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
             return _replay(program, recording, grid, args, space, info.ptr_dtype)
     total = gx * gy * gz
     counters = Counters(instances=total)
-    if info.chunk is None:
-        info.chunk = max(1, _CHUNK_ELEMENTS // isa.max_tile_elements(program))
-    chunk = info.chunk
-    recorder = _Recorder() if key is not None and key not in info.skip else None
+    # a key's first launch runs plainly (many kernels run once); its second one records
+    recorder = None
+    if key is not None and key not in info.skip:
+        if key in info.seen:
+            recorder = _Recorder()
+        else:
+            if len(info.seen) >= 256:
+                info.seen.clear()
+            info.seen.add(key)
     runner = _Run(program, space, args, counters, info.ptr_dtype, recorder)
     for start in range(0, total, chunk):
         ids = np.arange(start, min(total, start + chunk), dtype=np.int64)

@@ -73,8 +73,7 @@ def _store_bytes(mapping: "Mapping", off: int, raw: np.ndarray) -> None:
 
 
 def _store_elements(mapping: "Mapping", dtype: np.dtype, index: np.ndarray, values) -> None:
-    usable = mapping.span - mapping.span % dtype.itemsize
-    mapping.buffer[:usable].view(dtype)[index] = values
+    AddressSpace.elements(mapping, dtype)[index] = values
 
 
 class MemoryKind(enum.Enum):
@@ -370,11 +369,14 @@ class AddressSpace:
         return view
 
     @staticmethod
-    def store_elements(mapping: Mapping, dtype: np.dtype, index, values: np.ndarray) -> None:
+    def store_elements(mapping: Mapping, dtype: np.dtype, index, values: np.ndarray,
+                       owned: bool = False) -> None:
         """Write ``values`` at element ``index`` (an index array or a slice) of ``mapping``,
-        deferred like :meth:`scatter` while a packet runs."""
+        deferred like :meth:`scatter` while a packet runs (``owned``: the caller never
+        changes ``values`` again, so a deferred write need not copy them)."""
         if _capture is not None:
-            _capture.effects.append((_store_elements, (mapping, dtype, index, np.array(values, copy=True))))
+            _capture.effects.append((_store_elements, (mapping, dtype, index,
+                                                       values if owned else np.array(values, copy=True))))
         else:
             _store_elements(mapping, dtype, index, values)
 

@@ -41,7 +41,7 @@ def join(into: Clock, other: Clock) -> None:
             into[k] = v
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Access:
     """One range a packet read or wrote."""
 
@@ -148,29 +148,36 @@ class RaceDetector:
                 for lo, hi, name in writes if hi > lo]
         if not new:
             return
+        starts, live, bisect_left = self._starts, self._live, bisect.bisect_left
         for acc in new:
-            window = bisect.bisect_left(self._starts, (acc.lo - self._max_len, -1))
-            end = bisect.bisect_left(self._starts, (acc.hi, -1))
-            stale = []
-            for lo, serial in self._starts[window:end]:
-                old = self._live[serial]
-                if old.hi <= acc.lo or old.record is record:
+            a_lo, a_hi, a_write = acc.lo, acc.hi, acc.mode == "write"
+            window = bisect_left(starts, (a_lo - self._max_len, -1))
+            end = bisect_left(starts, (a_hi, -1), window)
+            if window == end:
+                continue
+            stale = None
+            for lo, serial in starts[window:end]:
+                old = live[serial]
+                if old.hi <= a_lo or old.record is record:
                     continue
-                ordered = clock.get(old.queue, 0) >= old.epoch
-                if ordered:
+                if clock.get(old.queue, 0) >= old.epoch:       # ordered before this packet
                     # the new access stands in for an older one it covers (any later
                     # access racing with the old one races with the new one too)
-                    if acc.covers(old) and (acc.mode == "write" or old.mode == "read"):
+                    if a_lo <= old.lo and old.hi <= a_hi and (a_write or old.mode == "read"):
+                        if stale is None:
+                            stale = []
                         stale.append((lo, serial))
-                elif "write" in (acc.mode, old.mode):
+                elif a_write or old.mode == "write":
                     self._report(old, acc)
-            for key in stale:
-                self._remove(key)
+            if stale is not None:
+                for key in stale:
+                    self._remove(key)
         for acc in new:
             self._serial += 1
-            bisect.insort(self._starts, (acc.lo, self._serial))
-            self._live[self._serial] = acc
-            self._max_len = max(self._max_len, acc.hi - acc.lo)
+            bisect.insort(starts, (acc.lo, self._serial))
+            live[self._serial] = acc
+            if acc.hi - acc.lo > self._max_len:
+                self._max_len = acc.hi - acc.lo
 
     def _remove(self, key: tuple[int, int]) -> None:
         i = bisect.bisect_left(self._starts, key)

@@ -70,7 +70,7 @@ class Semaphore:
 
     def clock_at(self, value: int) -> dict | None:
         """Vector clock of the signal that first reached ``value`` (for race detection)."""
-        i = bisect.bisect_left(self._clocks, value, key=lambda e: e[0])
+        i = bisect.bisect_left(self._clocks, value, key=_value_of)
         return self._clocks[i][1] if i < len(self._clocks) else None
 
     def reached_at(self, value: int) -> float | None:
@@ -203,10 +203,13 @@ class Timeline:
         start, q, packet, engine = best
         q.pending.popleft()
         self._commit(start)
+        waits = packet.waits
         clock = self.race_detector.start_packet(
-            q.id, packet.host_clock, [c for c in (s.clock_at(v) for s, v in packet.waits) if c])
+            q.id, packet.host_clock, [c for c in (s.clock_at(v) for s, v in waits) if c] if waits else [])
         self._notes, self._log = {"reads": [], "writes": [], "args": {}}, None
-        failure = q.failure or next((s.failure for s, _ in packet.waits if s.failure), None)
+        failure = q.failure
+        if failure is None and waits:
+            failure = next((s.failure for s, _ in waits if s.failure), None)
         duration, error = 0.0, None
         self.now = start
         for sem, value in packet.start_signals:
@@ -221,10 +224,13 @@ class Timeline:
         end = start + duration
         self.engines[engine] = end
         q.last_end = end
-        self.records.append(Record(packet.label, packet.kind, q.id, engine, start, end, error))
+        notes = self._notes
+        record = Record(packet.label, packet.kind, q.id, engine, start, end, error,
+                        notes["reads"], notes["writes"], notes["args"], clock)
+        self.records.append(record)
         if end > self._last_end:
             self._last_end = end
-        self._finish(self.records[-1], q, clock)
+        self._finish(record, q, clock)
         if failure is not None:
             q.failure = failure
             for sem, _ in packet.signals:
@@ -278,10 +284,9 @@ class Timeline:
             _memory.end_capture()
 
     def _finish(self, record: Record, q: HardwareQueue, clock: dict) -> None:
-        notes, log = self._notes, self._log
+        """``record`` holds the running packet's notes; queue its writes, check its accesses."""
+        log = self._log
         self._notes, self._log = None, None
-        record.reads, record.writes, record.args, record.clock = (
-            notes["reads"], notes["writes"], notes["args"], clock)
         if log is not None and len(log):
             heapq.heappush(self._logs, (record.end, next(self._log_seq), log))
         self.race_detector.observe(record, clock, q.id, q.label, record.reads, record.writes)

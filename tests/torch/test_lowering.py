@@ -343,6 +343,21 @@ CASES = [
     (A.linalg_vector_norm.default, lambda: (r(3, 4), 1, [1]), {}, None),
     (A.linalg_vector_norm.default, lambda: (r(3, 4), math.inf, [0], True), {}, None),
     (A.linalg_vector_norm.default, lambda: (r(3, 4), 3), {}, None),
+    # 0-d tensors
+    (A.sum.default, lambda: (r(),), {}, None),
+    (A.mean.default, lambda: (r(),), {}, None),
+    (A._softmax.default, lambda: (r(), 0, False), {}, None),
+    (A.cumsum.default, lambda: (ri(), 0), {}, None),
+    (A.argmax.default, lambda: (r(), 0, True), {}, None),
+    (A.amax.default, lambda: (r(), []), {}, None),
+    (A.var.correction, lambda: (r(),), {}, None),
+    (A.select.int, lambda: (r(4), 0, 1), {}, S),
+    (A.mul.Tensor, lambda: (r(), r(3)), {}, S),
+    # float16/bfloat16 compute in float32, as torch's CPU kernels do
+    (A.mean.dim, lambda: (r(4, 6, dtype=torch.bfloat16), [1]), {}, S),
+    (A.cumsum.default, lambda: (r(3, 5, dtype=torch.float16), 1), {}, None),
+    (A.gelu.default, lambda: (r(10, dtype=torch.bfloat16),), {"approximate": "tanh"}, None),
+    (A.mul.Tensor, lambda: (r(10, dtype=torch.float16), 0.1), {}, None),
     # creation and copies
     (A.full.default, lambda: ([2, 3], 1.5), {}, S),
     (A.full.default, lambda: ([2, 3], 7), {"dtype": torch.int32}, None),
@@ -461,6 +476,19 @@ CASES = [
     (A.scatter_add.default, lambda: (r(4, 5), 1, ri(4, 6, lo=0, hi=5), r(4, 6)), {}, S),
     (A.scatter.reduce, lambda: (r(4, 5), 1, ri(4, 6, lo=0, hi=5), r(4, 6)), {"reduce": "add"}, None),
     (A.scatter_reduce.two, lambda: (r(4, 5), 1, ri(4, 6, lo=0, hi=5), r(4, 6), "sum"), {"include_self": False}, None),
+    (A.scatter_reduce.two, lambda: (r(4, 5), 1, ri(4, 6, lo=0, hi=5), r(4, 6), "prod"), {}, S),
+    (A.scatter_reduce.two, lambda: (r(6, 3), 0, ri(4, 2, lo=0, hi=6), r(5, 3), "amax"), {"include_self": False}, S),
+    (A.scatter_reduce.two, lambda: (ri(6, 3), 0, ri(4, 2, lo=0, hi=6), ri(5, 3), "amin"), {}, None),
+    (A.scatter_reduce.two, lambda: (r(6, 3), 0, ri(4, 2, lo=0, hi=6), r(5, 3), "mean"), {"include_self": False}, None),
+    (A.scatter_reduce.two, lambda: (r(6, 3), 0, ri(4, 2, lo=0, hi=6), r(5, 3), "mean"), {}, None),
+    (A.scatter.reduce, lambda: (r(10, 5), 0, ri(5, 5, lo=0, hi=10), r(5, 5)), {"reduce": "multiply"}, S),
+    (A.scatter.value_reduce, lambda: (r(10, 5), -1, ri(10, 2, lo=0, hi=5), 2.5), {"reduce": "multiply"}, None),
+    (A.scatter.src, lambda: (torch.tensor(1.5), 0, torch.tensor(0), torch.tensor(3.0)), {}, None),
+    (A.scatter_add.default, lambda: (torch.tensor(1.5), 0, torch.tensor(0), torch.tensor(3.0)), {}, None),
+    (A._index_put_impl.default, lambda: (r(5, 3), [torch.tensor([0, 4, 0])], r(3, 3), True), {}, None),
+    (A.index_put.default, lambda: (r(3, 4, 5), [rb(3, 4)], torch.tensor(2.0)), {}, S),
+    (A.index_put.default, lambda: (r(3, 4, 5), [None, rb(4, 5)], r(1)), {"accumulate": True}, None),
+    (A.index_put.default, lambda: (r(3, 4, 5), [None, rb(4)], r(3, 1, 5)), {}, None),
     (A.index_add.default, lambda: (r(5, 3), 0, torch.tensor([0, 4, 0]), r(3, 3)), {"alpha": 2}, None),
     (A.index.Tensor, lambda: (r(5, 3), [torch.tensor([[4, -1], [0, 0]])]), {}, S),
     (A.index.Tensor, lambda: (r(2, 5, 3), [None, torch.tensor([1, 3])]), {}, None),
@@ -537,6 +565,28 @@ CASES = [
                                                              r(4, 3)), {}, None),
     (A.avg_pool1d.default, lambda: (r(2, 3, 7), [3], [2], [1]), {}, None),
     (A.adaptive_avg_pool1d.default, lambda: (r(2, 3, 7), [3]), {}, None),
+    (A.celu.default, lambda: (r(10),), {"alpha": 2.0}, None),
+    (A.selu.default, lambda: (r(10),), {}, None),
+    (A._prelu_kernel.default, lambda: (r(2, 3, 4), r(3, 1)), {}, None),
+    (A._prelu_kernel_backward.default, lambda: (r(2, 3, 4), r(2, 3, 4), r(3, 1)), {}, None),
+    (A.glu_backward.default, lambda: (r(3, 2), r(3, 4), 1), {}, None),
+    (A.mish_backward.default, lambda: (r(10), r(10)), {}, None),
+    (A.binary_cross_entropy_with_logits.default, lambda: (r(3, 4) * 5, unit(3, 4)), {}, S),
+    (A.binary_cross_entropy_with_logits.default, lambda: (r(3, 4) * 5, unit(3, 4), pos(4), pos(4), 2), {}, None),
+    (A.huber_loss.default, lambda: (r(3, 4), r(3, 4), 1, 0.5), {}, None),
+    (A.huber_loss_backward.default, lambda: (r(), r(3, 4), r(3, 4), 1, 0.5), {}, None),
+    (A.smooth_l1_loss.default, lambda: (r(3, 4), r(3, 4), 2, 0.5), {}, None),
+    (A.smooth_l1_loss_backward.default, lambda: (r(3, 4), r(3, 4), r(3, 4), 0, 0.5), {}, None),
+    (A.l1_loss.default, lambda: (r(3, 4), r(3, 4)), {}, None),
+    (A.unsafe_split.Tensor, lambda: (r(5, 2), 2), {}, None),
+    # selection
+    (A.topk.default, lambda: (r(3, 8), 3), {}, S),
+    (A.topk.default, lambda: (torch.tensor([[1.0, math.nan, 3, 2, -math.inf, 0.5]]), 6, 1, False), {}, S),
+    (A.topk.default, lambda: (torch.tensor([[1.0, 5.0, 3, -2, -math.inf, math.nan]]), 4), {}, None),
+    (A.topk.default, lambda: (torch.randperm(20, generator=_gen).reshape(4, 5), 2, 0), {}, None),
+    (A.sort.stable, lambda: (torch.tensor([[2, 1, 2, 0, 1, 2]]),), {"stable": True}, None),
+    (A.sort.stable, lambda: (torch.tensor([[2.0, 1, 2, 0, 1, 2]]),), {"stable": True, "descending": True}, None),
+    (A.sort.default, lambda: (r(6, 3), 0, True), {}, None),
     # foreach and in-place (optimizer steps)
     (A._foreach_add.List, lambda: ([r(3), r(2, 2)], [r(3), r(2, 2)]), {"alpha": -0.1}, S),
     (A._foreach_mul.Scalar, lambda: ([r(3), r(2, 2)], 0.9), {}, None),
@@ -719,6 +769,20 @@ def test_keys_dtypes_and_lookup():
         assert hasattr(getattr(getattr(torch.ops, ns), packet), overload), name
 
 
+def test_every_lowering_takes_its_schemas_arguments():
+    """Arguments are passed by schema name: each lowering must accept every one of them."""
+    import inspect
+
+    from fornax.frameworks.torch import lowering as L
+
+    for key, fn in L._TABLE.items():
+        params = inspect.signature(fn).parameters
+        names = [a.name for a in L._resolve(key)._schema.arguments if a.name not in L._IGNORED_KWARGS]
+        assert all(n in params for n in names), (key, [n for n in names if n not in params])
+        required = [p for p, v in params.items() if p != "ctx" and v.default is inspect.Parameter.empty]
+        assert set(required) <= set(names), (key, required)
+
+
 def test_ctx_helpers_add_no_needless_nodes():
     g = Graph("ctx")
     x = g.input("x", (2,), DType.FLOAT32)
@@ -747,7 +811,8 @@ def test_not_lowerable_says_why():
         A.native_batch_norm.default, (r(2, 3, 4), None, None, r(3), pos(3), True, 0.1, 1e-5))
     assert "data-dependent shape" in _reason(A.index.Tensor, (r(4), [rb(4)]), outs=[OutMeta((2,), torch.float32)])
     assert "no fornax lowering" in _reason(A.empty.memory_format, ([2],))
-    assert "only 'sum'" in _reason(A.scatter_reduce.two, (r(4), 0, ri(4, lo=0, hi=4), r(4), "amax"))
+    assert "mean of integers" in _reason(A.scatter_reduce.two, (ri(4), 0, ri(4, lo=0, hi=4), ri(4), "mean"))
+    assert "differ per selected element" in _reason(A.index_put.default, (r(4, 3), [rb(4)], r(2, 3)))
 
 
 def test_shape_mismatch_is_a_lowering_bug_not_a_wrong_answer():
@@ -774,11 +839,13 @@ def test_empty_outputs_come_back_as_none():
 def test_lowering_decorator_registers_one_line_lowerings():
     from fornax.frameworks.torch import lowering as L
 
-    name = "aten::celu.default"
+    name = "aten::hardshrink.default"
     assert name not in L._TABLE
     try:
-        lowering(name)(lambda ctx, self, alpha=1.0: L.elu(ctx, self, alpha, 1, 1 / alpha))
-        check(A.celu.default, (r(10),), {"alpha": 2.0})
+        lowering(name)(lambda ctx, self, lambd=0.5: ctx.op("where", ctx.op("gt", ctx.op("abs", self),
+                                                                          ctx.scalar(lambd, self.dtype)),
+                                                           self, ctx.scalar(0, self.dtype)))
+        check(A.hardshrink.default, (r(10),), {"lambd": 0.3})
     finally:
         L._TABLE.pop(name, None)
 
@@ -809,3 +876,17 @@ def test_lower_takes_an_overload_name():
     np.testing.assert_array_equal(g.reference({"x": np.array([1, 2, 3], np.int32)})[0], [1.5, 2.5, 3.5])
     with pytest.raises(NotLowerable, match="not an ATen overload name"):
         lower(LowerCtx(g, [OutMeta((3,), torch.float32)]), "aten::no_such_op.x", (x,), {})
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_with_ties_gives_torchs_values_at_valid_distinct_indices(largest, stacks):
+    """torch orders equal values in topk as its partial sort leaves them; fornax takes the
+    lower index first.  Values (NaN the largest) must match and indices must point at them."""
+    x = torch.tensor([[1.0, math.nan, 3, 3, -math.inf, -math.inf, math.nan, 0.0]])
+    vals, _ = A.topk.default(x, 7, 1, largest)
+    g, feeds, _ = single_op_graph(A.topk.default, (x, 7, 1, largest))
+    feeds = {v.name: to_numpy(t) for v, t in zip(g.inputs, feeds)}
+    for got_v, got_i in (g.reference(feeds), stacks["cuda-like"].run(g, feeds).outputs):
+        compare(got_v, vals, TOL, "topk values")
+        assert len(set(got_i[0].tolist())) == 7
+        np.testing.assert_array_equal(x.numpy()[0][got_i[0]], np.asarray(got_v[0], np.float32))

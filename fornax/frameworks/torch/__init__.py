@@ -6,6 +6,9 @@
   (:mod:`.device`).  ``torch.autocast("fornax")`` follows the family's policy.
 * The stack: :func:`use_stack` before first use, else ``FORNAX_CONFIG`` /
   ``FORNAX_VENDOR``, else cuda-like (:mod:`.session`).
+* Graph path: ``torch.compile(model, backend="fornax")`` (the backend is an entry point
+  of the package) and :func:`export` lower core ATen through the stack's compiler seam
+  (:mod:`.graph`).
 * :func:`report` says what happened: routes per ATen op, fallbacks with reasons.
 
 Importing is idempotent: the backend is registered once per process.
@@ -30,4 +33,18 @@ def stack():
     return current().stack
 
 
-__all__ = ["DeviceError", "current", "report", "stack", "use_stack"]
+def export(model, args, kwargs=None):
+    """``torch.export`` the model, lower its core-ATen program into fornax graphs compiled by
+    the active stack, and return a callable taking the model's inputs (see :mod:`.graph`)."""
+    from .graph import export as _export
+    return _export(model, args, kwargs)
+
+
+def register_backend() -> None:
+    """Register the ``"fornax"`` torch.compile backend now (it is also found lazily through
+    the ``torch_dynamo_backends`` entry point of the installed package)."""
+    from .graph import register_backend as _register_backend
+    _register_backend()
+
+
+__all__ = ["DeviceError", "current", "export", "register_backend", "report", "stack", "use_stack"]

@@ -144,6 +144,7 @@ def _dispatch(session: Session, op, args, kwargs):
         return _cpu(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
     out, reason = _native(session, info, op, args, kwargs)
     if out is not NotImplemented:
+        session.stats.record(info.name, "native")
         return out
     out = _decompose(session, info, op, args, kwargs, reason)
     if out is not NotImplemented:
@@ -250,7 +251,7 @@ def _via_functional(session, info: OpInfo, op, args, kwargs):
         if info.kind == "out" and tuple(dst.shape) != tuple(src.shape):
             aten.resize_.default(dst, src.shape)
         copy_into(dst, src)
-    session.stats.record(info.name, session.stats.last or "native", f"through {info.functional.name()}")
+    session.stats.relabel_last(info.name, f"through {info.functional.name()}")
     if info.kind == "out":
         return outs[0] if len(outs) == 1 else tuple(outs)
     return args[0]
@@ -260,9 +261,10 @@ def _via_functional(session, info: OpInfo, op, args, kwargs):
 # native: a cached one-op graph on the device
 @dataclass
 class _Native:
-    plan: object                    # ResidentPlan
-    outs: list                      # OutMeta per tensor output
+    plan: object                    # ResidentPlan (None: every result is empty or None)
+    outs: list                      # OutMeta (or None: torch returns no tensor) per output
     structure: object               # how outputs pack: None (one tensor) or a count (tuple)
+    present: tuple = ()             # the outputs the plan computes, in its output order
 
 
 @dataclass
@@ -313,19 +315,18 @@ def _native(session: Session, info: OpInfo, op, args, kwargs, dest=None):
         return NotImplemented, entry.reason
     tensors = _tensors(args, kwargs)
     if dest is not None and len(dest) == len(entry.outs) and all(
-            T.is_fornax(d) and d.is_contiguous() and tuple(d.shape) == m.shape and d.dtype == m.dtype
-            for d, m in zip(dest, entry.outs)):
+            m is not None and T.is_fornax(d) and d.is_contiguous() and tuple(d.shape) == m.shape
+            and d.dtype == m.dtype for d, m in zip(dest, entry.outs)):
         outs = list(dest)
     else:
-        outs = [T.empty(m.shape, m.dtype, session=session) for m in entry.outs]
-    stream = current_runtime_stream(session)
-    temps = []
-    try:
+        outs = [None if m is None else T.empty(m.shape, m.dtype, session=session)
+                for m in entry.outs]
+    if entry.plan is not None:
+        stream = current_runtime_stream(session)
+        temps = []
         ptrs = [materialize(session, t, temps, stream) for t in tensors]
-        entry.plan(ptrs, [T.address(o, session) for o in outs], stream)
-    finally:
+        entry.plan(ptrs, [T.address(outs[k], session) for k in entry.present], stream)
         del temps
-    session.stats.record(info.name, "native")
     return _pack(entry.structure, outs), ""
 
 
@@ -340,8 +341,6 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
     for t in tensors:
         if t.dtype not in TORCH_TO_DTYPE:
             return _Unlowerable(f"{info.name}: {t.dtype} has no fornax graph dtype")
-        if t.numel() == 0:
-            return _Unlowerable(f"{info.name}: zero-size inputs run on the host")
     try:
         margs, mkwargs = tree_map(_to_meta, (args, kwargs))
         mres = op(*margs, **mkwargs)
@@ -349,14 +348,17 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
         return _Unlowerable(f"{info.name}: no meta kernel to infer its result ({type(exc).__name__})")
     mflat = [mres] if isinstance(mres, torch.Tensor) else list(mres) \
         if isinstance(mres, (tuple, list)) else None
-    if mflat is None or not all(isinstance(m, torch.Tensor) for m in mflat):
+    if mflat is None or not all(m is None or isinstance(m, torch.Tensor) for m in mflat):
         return _Unlowerable(f"{info.name}: returns a non-tensor result")
-    outs = [OutMeta(tuple(m.shape), m.dtype) for m in mflat]
+    outs = [None if m is None else OutMeta(tuple(m.shape), m.dtype) for m in mflat]
     for m in outs:
-        if m.dtype not in TORCH_TO_DTYPE:
+        if m is not None and m.dtype not in TORCH_TO_DTYPE:
             return _Unlowerable(f"{info.name}: result dtype {m.dtype} has no fornax graph dtype")
-        if 0 in m.shape:
-            return _Unlowerable(f"{info.name}: zero-size results run on the host")
+    structure = None if isinstance(mres, torch.Tensor) else len(outs)
+    if all(m is None or 0 in m.shape for m in outs):
+        return _Native(None, outs, structure, ())        # nothing to compute: shapes only
+    if any(t.numel() == 0 for t in tensors):
+        return _Unlowerable(f"{info.name}: zero-size inputs with a non-empty result run on the host")
     g = Graph(_graph_name(info.name))
     flat, spec = tree_flatten((args, kwargs))
     n = 0
@@ -367,7 +369,8 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
     vargs, vkwargs = tree_unflatten(flat, spec)
     try:
         vals = lower(LowerCtx(g, outs), op, tuple(vargs), dict(vkwargs))
-        g.output(*vals)
+        present = tuple(k for k, v in enumerate(vals) if v is not None)
+        g.output(*(vals[k] for k in present))
         route = session.framework.device_route(g)
         if route is not None:
             return _Unlowerable(route.reason)
@@ -379,7 +382,7 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
     if len(plan.plan.inputs) != len(tensors):
         plan.release()
         return _Unlowerable(f"{info.name}: its graph does not read every input")
-    return _Native(plan, outs, None if isinstance(mres, torch.Tensor) else len(outs))
+    return _Native(plan, outs, structure, present)
 
 
 def _graph_name(name: str) -> str:
@@ -548,12 +551,16 @@ _DECOMPS: dict | None = None
 
 
 def _decompositions() -> dict:
-    """PyTorch's core ATen decompositions (ATen-level pieces; the prims-based references of
-    the global table would send ``prims`` ops down here)."""
+    """PyTorch's ATen-level decompositions: the core ATen set, plus those of
+    ``torch._decomp.decompositions`` for core ops themselves (``_softmax``, ``mean.dim``:
+    what a family that decomposes them on purpose needs).  The prims-based references of
+    the global table are left out: they would send ``prims`` ops down here."""
     global _DECOMPS
     if _DECOMPS is None:
-        from torch._decomp import core_aten_decompositions
-        _DECOMPS = dict(core_aten_decompositions())
+        from torch._decomp import core_aten_decompositions, decomposition_table
+        _DECOMPS = {op: fn for op, fn in decomposition_table.items()
+                    if getattr(fn, "__module__", "").startswith("torch._decomp")}
+        _DECOMPS.update(core_aten_decompositions())
     return _DECOMPS
 
 

@@ -26,10 +26,14 @@ How a :class:`Program` runs:
 **Splitting.**  An FX node without a lowering (:class:`~.lowering.NotLowerable`: an op
 missing from the table, a dtype without a graph dtype, random numbers, data-dependent
 shapes, a zero-element operand) does not stop the compile: the graph is split around
-it, the node runs with PyTorch on the CPU (its operands copied to the host and its
-results back to the device when the program runs on ``fornax`` tensors), and the
-lowered pieces before and after it are separate fornax graphs.  A piece the compiler
-seam refuses runs its FX nodes with PyTorch on the CPU the same way.
+it and the node runs with PyTorch on the CPU (its operands copied to the host and its
+results back to the device when the program runs on ``fornax`` tensors; seeded random
+ops draw from the CPU generator, so ``torch.manual_seed`` reproduces eager).  Every
+lowered node goes into the earliest piece its inputs allow, so only nodes that depend
+on a torch-run result land after it.  A piece the compiler seam refuses runs its FX
+nodes with PyTorch on the CPU the same way.  ``_assert_tensor_metadata`` nodes (left
+by ``torch.export``) are dropped: the static graph types and the input check guarantee
+what they assert.
 
 **The SDPA trap.**  PyTorch's core ATen table decomposes the CPU flash-attention op
 ``_scaled_dot_product_flash_attention_for_cpu`` into the math form, but the second
@@ -51,24 +55,34 @@ compiles every shape it sees.
 **Accounting** (``fornax.frameworks.torch.report()``), in the session's op table:
 
 * ``graph:<aten overload>`` — once per FX node compiled: ``native`` (lowered into a
-  fornax graph), ``fallback`` (runs with PyTorch on the CPU; the reason says why) or
-  ``decomposed`` (``graph:aten::scaled_dot_product_attention`` rewritten to the math form);
-* ``graph run:<graph name>`` — every run of a lowered fornax graph: ``native`` (compiled
-  by the stack, run on the device) or ``fallback`` (the CPU route, with the reason);
+  fornax graph) or ``fallback`` (runs with PyTorch on the CPU; the reason says why);
+* ``graph run:<graph name>`` — every run of a fornax graph: ``native`` (on CPU tensors
+  through ``framework.run``, on ``fornax`` tensors as a resident plan) or ``fallback``
+  (the host route, or PyTorch, with the reason); graphs are named ``forward<n>``,
+  ``backward<n>``, ``inference<n>``, ``export_<module><n>`` (``_seg<k>`` for later pieces),
+  and ``dynamo<n>`` for a graph run eagerly because of symbolic shapes;
 * ``graph op:<fornax op>`` — graph ops the framework seam ran on the host inside a
   ``framework.run`` (the family's own CPU fallbacks, with its reason).
 
+**Dynamo and the device's Python kernels.**  :func:`skip_fornax_frames` puts fornax's
+machinery on Dynamo's skip list; without it a graph break on ``fornax`` tensors makes
+Dynamo trace the eager kernels and the simulator as user code.
+
 Honest limits: outputs never alias inputs (an output that is a view of an input is a
-copy with the view's sizes and strides; AOTAutograd regenerates real aliases of
-inputs itself); exported programs run without autograd; graphs whose inputs are
-``torch.Generator`` s, opaque objects or effect tokens are not supported by
-:func:`export`.
+copy with the view's sizes and strides; AOTAutograd regenerates real aliases of inputs
+itself); a zero-element tensor feeding an op (``cat`` with an empty piece) sends that
+op to PyTorch; exported programs run without autograd, and buffers an exported program
+mutates (BatchNorm in training) are updated in the :class:`Exported`'s own copy of the
+state dict, not in the module; graphs whose inputs are ``torch.Generator`` s, opaque
+objects or effect tokens are not supported by :func:`export`.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
+import math
 import operator
 import re
 import threading
@@ -98,6 +112,10 @@ _REFUSALS = (GraphError, CompileError, BinaryError, NotSupportedError)
 aten = torch.ops.aten
 _ids = itertools.count()
 _ids_lock = threading.Lock()
+
+#: metadata assertions torch.export leaves in graphs: the lowered graph's static types (and the
+#: input check of :meth:`Program.__call__`) guarantee what they check, so they are dropped
+_METADATA_CHECKS = (aten._assert_tensor_metadata.default,)
 
 #: left out of the core table: their decomposition breaks the fused backward (see module docstring)
 _KEEP_FUSED = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -170,6 +188,7 @@ def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     inference graph lowered into fornax graphs (:class:`Program`)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    skip_fornax_frames()                  # also when the backend was found through an entry point
     if any(_symbolic(x) for x in example_inputs):
         name = _next_name("dynamo")
 
@@ -182,10 +201,33 @@ def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
                         decompositions=decompositions())(gm, example_inputs)
 
 
+#: fornax's own machinery: Dynamo must run it, never trace it (see :func:`skip_fornax_frames`)
+_DYNAMO_SKIP = ("fornax.frameworks.torch", "fornax.layers", "fornax.sim", "fornax.vendors", "fornax.stack")
+
+
+def skip_fornax_frames() -> None:
+    """Put fornax's own machinery (the eager device's kernels, the seams, the simulator) on
+    Dynamo's skip list (idempotent).
+
+    The device's ATen kernels are Python functions the dispatcher calls: when a compiled
+    region runs an op eagerly on ``fornax`` tensors (a graph break, an RNN Dynamo leaves
+    alone), Dynamo would otherwise compile those frames as user code -- down into the
+    simulator's numpy, which it rewrites into torch ops.  Workloads written inside
+    fornax (``fornax.scenarios``) are not skipped."""
+    from torch._dynamo import trace_rules
+
+    for mod in _DYNAMO_SKIP:
+        path = importlib.util.find_spec(mod).origin.removesuffix("__init__.py")
+        if path not in trace_rules.SKIP_DIRS:
+            trace_rules.add(mod)
+
+
 def register_backend() -> None:
-    """Register :func:`fornax_backend` as Dynamo's ``"fornax"`` backend (idempotent)."""
+    """Register :func:`fornax_backend` as Dynamo's ``"fornax"`` backend and skip fornax's
+    frames in Dynamo (idempotent; imports ``torch._dynamo``)."""
     if BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
         torch._dynamo.register_backend(compiler_fn=fornax_backend, name=BACKEND)
+    skip_fornax_frames()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +306,7 @@ class _Segment:
     consts: dict = field(default_factory=dict)          # LowerCtx's scalar-constant cache, shared
     outputs: list = field(default_factory=list)         # FX node per graph output
     passthrough: list = field(default_factory=list)     # (FX node, FX input node | ndarray)
-    empties: list = field(default_factory=list)         # (FX node, OutMeta): zero-element results
+    empties: list = field(default_factory=list)         # (FX node, OutMeta | None): zero-element results
     plans: dict = field(default_factory=dict)           # session id -> ResidentPlan | reason
     refused: str = ""                                   # why the stack cannot compile it (torch runs it)
 
@@ -288,6 +330,9 @@ class Program:
         self.attrs = {n: _get_attr(gm, n.target) for n in nodes if n.op == "get_attr"}
         out = [n for n in nodes if n.op == "output"]
         self.output_node = out[-1] if out else None
+        #: the device the graph was traced on; outputs there follow the inputs' device
+        self.traced_on = T.DEVICE if any(isinstance(n.meta.get("val"), torch.Tensor) and
+                                         n.meta["val"].device.type == T.DEVICE for n in self.placeholders) else "cpu"
         self.position = {n: i for i, n in enumerate(nodes)}
         self.steps: list = []
         self._lower(nodes)
@@ -295,33 +340,48 @@ class Program:
 
     # -- lowering ------------------------------------------------------------------------------
     def _lower(self, nodes) -> None:
+        """Lower every node, each into the earliest piece its inputs allow: a lowered node
+        goes into stage ``k``, the max over its inputs of their stage (lowered inputs) or
+        their stage + 1 (inputs computed by torch); a node torch runs goes after the
+        piece of the latest stage it reads.  The program runs piece 0, the torch nodes
+        of stage 0, piece 1, ...: nodes independent of a torch node are never split off
+        by it."""
         stats = self.session.stats
-        seg: _Segment | None = None
-        done: set = set()
-        nseg = itertools.count()
+        stage: dict = {}
+        lowered: set = set()
+        segs: dict[int, _Segment] = {}
+        torch_steps: dict[int, list] = {}
         for node in nodes:
-            if node.op in ("placeholder", "get_attr", "output") or node in done:
+            if node.op in ("placeholder", "get_attr", "output") or node in lowered:
                 continue
+            deps = [d for d in node.all_input_nodes if d in stage]
+            after = max((stage[d] for d in deps), default=0)
+            if node.target in _METADATA_CHECKS:
+                continue                              # static graph types already guarantee it
             name = _node_name(node)
             if node.op == "call_function" and node.target is operator.getitem:
-                self._close(seg)
-                seg = None
-                self.steps.append(_TorchStep(node, None))
+                stage[node] = after                   # an item of a tuple torch computed
+                torch_steps.setdefault(after, []).append(_TorchStep(node, None))
                 continue
+            k = max((stage[d] + (d not in lowered) for d in deps), default=0)
             try:
                 if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
                     raise NotLowerable(f"{name}: not an ATen operator ({node.op})")
-                if seg is None:
-                    k = next(nseg)
-                    seg = _Segment(Graph(f"{self.name}_seg{k}" if k else self.name))
-                self._lower_node(seg, node, done)
+                if k not in segs:
+                    segs[k] = _Segment(Graph(f"{self.name}_seg{k}" if k else self.name))
+                for m in self._lower_node(segs[k], node):
+                    stage[m] = k
+                    lowered.add(m)
                 stats.record(f"graph:{name}", "native")
             except NotLowerable as exc:
-                self._close(seg)
-                seg = None
-                stats.record(f"graph:{name}", "fallback", f"{exc}; runs with PyTorch on the CPU")
-                self.steps.append(_TorchStep(node, str(exc)))
-        self._close(seg)
+                reason = str(exc)
+                stats.record(f"graph:{name}", "fallback", f"{reason}; runs with PyTorch on the CPU")
+                stage[node] = after
+                torch_steps.setdefault(after, []).append(_TorchStep(node, reason))
+        for k in sorted(set(segs) | set(torch_steps)):
+            if k in segs and self._close(segs[k]):
+                self.steps.append(segs[k])
+            self.steps.extend(torch_steps.get(k, ()))
 
     def _value(self, seg: _Segment, n, added: list) -> Value:
         """The Value of FX node ``n`` inside ``seg`` (a new graph input or constant if ``n``
@@ -351,19 +411,23 @@ class Program:
         added.append(n)
         return v
 
-    def _lower_node(self, seg: _Segment, node, done: set) -> None:
+    def _lower_node(self, seg: _Segment, node) -> list:
+        """Lower ``node`` into ``seg``; returns the FX nodes now computed there (``node`` and
+        the getitems of a tuple result).  On failure the segment is left as it was."""
         g = seg.g
         mark = (len(g.nodes), len(g.inputs), len(g.constants), len(seg.inputs), dict(seg.consts))
         added: list = []
         try:
             def conv(a):
                 return self._value(seg, a, added) if isinstance(a, torch.fx.Node) else a
-            args = map_aggregate(node.args, conv)
-            kwargs = map_aggregate(dict(node.kwargs), conv)
             outs = _out_metas(node)
-            ctx = LowerCtx(g, outs)
-            ctx._consts = seg.consts
-            res = lower(ctx, node.target, tuple(args), dict(kwargs))
+            if outs and all(o is not None and math.prod(o.shape) == 0 for o in outs):
+                res = [None] * len(outs)          # nothing to compute: every result is empty
+            else:
+                args = map_aggregate(node.args, conv)
+                kwargs = map_aggregate(dict(node.kwargs), conv)
+                ctx = LowerCtx(g, outs, seg.consts)
+                res = lower(ctx, node.target, tuple(args), dict(kwargs))
             multi = not isinstance(node.meta.get("val"), torch.Tensor)
             if multi and any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
                 raise NotLowerable(f"{_node_name(node)}: its tuple result is used whole")
@@ -379,17 +443,17 @@ class Program:
         seg.members.append(node)
         if not multi:
             seg.vals[node] = res[0]
-            return
+            return [node]
         seg.vals[node] = list(res)
         for u in node.users:
             seg.vals[u] = res[u.args[1]]
             seg.members.append(u)
-            done.add(u)
+        return [node, *node.users]
 
-    def _close(self, seg: _Segment | None) -> None:
-        """Finish a segment: its graph outputs are the values used after it."""
-        if seg is None or not seg.members:
-            return
+    def _close(self, seg: _Segment) -> bool:
+        """Finish a segment: its graph outputs are the values used outside it."""
+        if not seg.members:
+            return False
         members = set(seg.members)
         inputs = {id(v): n for n, v in seg.vals.items() if n in seg.inputs}
         consts = {id(v) for v in seg.g.constants}
@@ -398,8 +462,9 @@ class Program:
             if all(u in members for u in m.users):
                 continue
             v = seg.vals[m]
-            if v is None:
-                seg.empties.append((m, _out_metas(m)[0]))
+            if v is None:                       # zero elements (or a None torch returns)
+                meta = m.meta.get("val")
+                seg.empties.append((m, OutMeta.of(meta) if isinstance(meta, torch.Tensor) else None))
             elif isinstance(v, list):
                 continue                        # only read through its getitems (members)
             elif id(v) in inputs:
@@ -418,7 +483,7 @@ class Program:
                 seg.g.verify()
             except FornaxError as exc:           # a lowering bug: the pieces run with torch instead
                 seg.refused = f"graph {seg.g.name} does not verify ({exc.message})"
-        self.steps.append(seg)
+        return True
 
     # -- what it built ---------------------------------------------------------------------------
     @property
@@ -458,6 +523,16 @@ class Program:
         if len(args) != len(self.placeholders):
             raise InvalidArgumentError(f"program {self.name!r} takes {len(self.placeholders)} input(s), "
                                        f"got {len(args)}", seam="framework", op=self.name)
+        for ph, a in zip(self.placeholders, args):
+            want = ph.meta.get("val")
+            if isinstance(want, torch.Tensor) and not _symbolic(want) and (
+                    not isinstance(a, torch.Tensor) or tuple(a.shape) != tuple(want.shape) or a.dtype != want.dtype):
+                got = f"{str(a.dtype).removeprefix('torch.')}{list(a.shape)}" if isinstance(a, torch.Tensor) \
+                    else type(a).__name__
+                raise InvalidArgumentError(
+                    f"program {self.name!r}: input {ph.name!r} must be {str(want.dtype).removeprefix('torch.')}"
+                    f"{list(want.shape)}, got {got}", seam="framework", op=self.name,
+                    hint="fornax graphs have static shapes: export (or compile) again for other shapes")
         session = current()
         device = any(T.is_fornax(a) for a in args) or any(T.is_fornax(t) for t in self.attrs.values())
         env: dict = dict(zip(self.placeholders, args))
@@ -483,6 +558,12 @@ class Program:
             if not isinstance(t, torch.Tensor) or n.op == "placeholder":
                 return t
             meta = n.meta.get("val")
+            if isinstance(meta, torch.Tensor) and meta.device.type != self.traced_on:
+                # an explicit transfer in the program (x.cpu(), device="fornax"): where torch says
+                if meta.device.type == "cpu" and T.is_fornax(t):
+                    t = T.read(t)
+                elif meta.device.type == T.DEVICE and not T.is_fornax(t):
+                    t = T.to_device(t.detach())
             want = tuple(meta.stride()) if isinstance(meta, torch.Tensor) else None
             if want is not None and meta.numel() > 1 and tuple(t.shape) == tuple(meta.shape) and \
                     want != tuple(t.stride()):
@@ -508,22 +589,17 @@ class Program:
     def _run_segment(self, session: Session, seg: _Segment, env: dict, device: bool) -> None:
         outs: list | None = None
         name = seg.g.name
+        why = ""                                    # why the device could not run it
         if seg.g.outputs and not seg.refused:
-            if device:
-                plan = self._plan(session, seg)
-                if isinstance(plan, str):
-                    session.stats.record(f"graph run:{name}", "fallback", plan)
-                    outs = self._run_host(session, seg, env, device)
-                else:
-                    outs = self._run_device(session, seg, plan, env)
-                    session.stats.record(f"graph run:{name}", "native")
-            else:
+            plan = self._plan(session, seg) if device else None
+            if plan is None or isinstance(plan, str):
+                why = plan or ""
                 outs = self._run_host(session, seg, env, device)
-                if outs is not None:
-                    session.stats.record(f"graph run:{name}", "native")
+            else:
+                outs = self._run_device(session, seg, plan, env)
         if seg.g.outputs and outs is None:          # the stack refused the graph: torch runs its nodes
-            session.stats.record(f"graph run:{name}", "fallback", f"{seg.refused}; its ATen ops run "
-                                 "with PyTorch on the CPU")
+            session.stats.record(f"graph run:{name}", "fallback", f"{why + '; ' if why else ''}{seg.refused}; "
+                                 "its ATen ops run with PyTorch on the CPU")
             for node in seg.members:
                 if node.op == "call_function" and node.target is operator.getitem and \
                         node.args[0] in seg.members:
@@ -531,6 +607,8 @@ class Program:
                 else:
                     self._run_node(_TorchStep(node, seg.refused), env, device)
             return
+        if seg.g.outputs:
+            session.stats.record(f"graph run:{name}", "fallback" if why else "native", why)
         for m in seg.outputs:
             env[m] = outs[seg.out_index[m]]
         for m, src in seg.passthrough:
@@ -540,7 +618,8 @@ class Program:
                 t = _from_numpy(src, DTYPE_TO_TORCH[seg.vals[m].dtype])
                 env[m] = T.to_device(t) if device else t
         for m, meta in seg.empties:
-            env[m] = torch.empty(meta.shape, dtype=meta.dtype, device=T.DEVICE if device else "cpu")
+            env[m] = None if meta is None else \
+                torch.empty(meta.shape, dtype=meta.dtype, device=T.DEVICE if device else "cpu")
 
     def _plan(self, session: Session, seg: _Segment):
         """The resident plan of ``seg`` on this session's stack, or why there is none."""
@@ -549,18 +628,18 @@ class Program:
             fw = session.framework
             route = fw.device_route(seg.g)
             if route is not None:
-                plan = f"{route.reason} (op {route.op}); the graph takes the host route"
+                plan = f"{route.reason} (op {route.op}); the graph takes the host route (framework.run)"
             else:
                 try:
                     plan = fw.prepare(seg.g, current_runtime_stream(session))
                 except _REFUSALS as exc:
                     plan = (f"the {exc.seam or 'compiler'} seam refused the graph on the device: "
-                            f"{exc.message}; it takes the host route")
+                            f"{exc.message}; it takes the host route (framework.run)")
                 else:
                     if len(plan.plan.inputs) != len(seg.g.inputs) or \
                             len(plan.plan.outputs) != len(seg.g.outputs):
                         plan.release()
-                        plan = "the compiled plan does not take every graph input; the graph takes the host route"
+                        plan = "the compiled plan does not take every graph input; the graph takes the host route (framework.run)"
             seg.plans[session.id] = plan
         return plan
 
@@ -717,4 +796,4 @@ def export(model, args, kwargs=None, *, name: str | None = None) -> Exported:
 
 
 __all__ = ["BACKEND", "Exported", "Program", "decompositions", "export", "fornax_backend",
-           "register_backend"]
+           "register_backend", "skip_fornax_frames"]

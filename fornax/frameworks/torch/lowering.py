@@ -23,7 +23,7 @@ int64, ``div`` rounding modes, ``remainder``/``fmod`` signs, ``argmax`` ties,
 ``pow`` special exponents, ``clamp`` with absent bounds, ``var`` corrections
 and both ``gelu`` approximations follow torch.
 
-Honest limits (each raises :class:`NotLowerable` with the reason):
+Honest limits (a refusal raises :class:`NotLowerable` with its reason):
 
 * dtypes outside float64/32/16, bfloat16, int64/32 and bool (complex, uint8,
   int8, int16, float8) have no graph dtype;
@@ -38,9 +38,22 @@ Honest limits (each raises :class:`NotLowerable` with the reason):
   (``_native_batch_norm_legit_functional``), which returns the new stats;
 * ``as_strided`` indexes the input's own contiguous row-major elements (the
   caller passes the base it strides into);
+* 3-d pooling, ``embedding_bag``, ``grid_sampler``, ``cdist``/``pdist``, FFTs,
+  ``erfc`` (1 - erf loses its small values) and the allocation ops (``empty``,
+  ``empty_strided``, ``resize_``: the eager path allocates) have no lowering;
 * integer matrix products, ``pow`` of integers to negative integer powers,
-  ``max_pool2d`` of integers and ``scatter_reduce`` other than ``sum`` are
-  refused.
+  ``max_pool2d`` of integers, the ``mean`` of integers in ``scatter_reduce``,
+  ``topk``/``sort`` of more than 64 elements (they unroll one round per
+  element) and ``prod``/``amax``/``amin`` scatters (and ``scatter`` with
+  ``reduce="multiply"``) of more than 2**22 update-position pairs (they compare
+  every update with every position) are refused;
+* ``index_put`` with a boolean mask is lowered when the value is the same for
+  every selected element (``x[mask] = v``); per-element values need the count
+  of selected elements (a data-dependent shape);
+* ``topk`` puts equal values lower index first (torch's order among ties is
+  unspecified); ``_adaptive_avg_pool2d`` with uneven windows and
+  ``upsample_bilinear2d`` use averaging matrices, so an inf/NaN input also
+  reaches the other outputs of its row (0 * inf).
 
 In-place overloads (``aten::add_.Tensor``, ``aten::_foreach_mul_.Scalar``...) share
 their functional op's lowering: ``ctx.outs`` then describes the new value of each
@@ -122,13 +135,14 @@ class LowerCtx:
     """The graph a lowering adds to, and torch's description of the op's outputs.
 
     ``outs[i]`` is ``None`` for an output torch returns as ``None`` (a gradient
-    masked off by ``output_mask``)."""
+    masked off by ``output_mask``).  ``consts``: a scalar-constant cache to share
+    between the contexts of one graph (each scalar value and dtype made once)."""
 
-    def __init__(self, g: Graph, outs: list[OutMeta]):
+    def __init__(self, g: Graph, outs: list[OutMeta], consts: dict | None = None):
         self.g = g
         self.outs = list(outs)
         self.where = ""                       # the overload being lowered (for messages)
-        self._consts: dict = {}
+        self._consts: dict = {} if consts is None else consts
 
     def op(self, name: str, *vals: Value, **attrs) -> Value:
         return self.g.op(name, *vals, **attrs)
@@ -161,8 +175,8 @@ class LowerCtx:
 
     def for_output(self, i: int) -> "LowerCtx":
         """A context for lowering output ``i`` alone (same graph and constants)."""
-        sub = LowerCtx(self.g, [self.outs[i]])
-        sub.where, sub._consts = self.where, self._consts
+        sub = LowerCtx(self.g, [self.outs[i]], self._consts)
+        sub.where = self.where
         return sub
 
 
@@ -244,8 +258,13 @@ def lower(ctx: LowerCtx, op, args: tuple, kwargs: dict) -> list[Value | None]:
     bound = _bind(op, args, kwargs, where)
     try:
         res = fn(ctx, **bound)
+    except NotLowerable:
+        raise
     except GraphError as exc:
         raise NotLowerable(f"{where}: {exc.message}") from exc
+    except Exception as exc:        # an argument form the lowering does not handle: never crash the op
+        raise NotLowerable(f"{where}: the lowering failed ({type(exc).__name__}: {exc}); "
+                           "a fornax lowering bug or an unsupported argument form") from exc
     if isinstance(res, Value) or res is None:
         res = [res]
     res = list(res)
@@ -1423,10 +1442,15 @@ def copy(ctx, self, src, non_blocking=False):
 
 
 # ---- layout --------------------------------------------------------------------------------------------
-@lowering("aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default",
-          "aten::view_copy.default", "aten::_reshape_alias.default")
+@lowering("aten::view.default", "aten::_unsafe_view.default", "aten::view_copy.default",
+          "aten::_reshape_alias.default")
 def view(ctx, self, size, stride=None):
     return _reshape(ctx, self, ctx.outs[0].shape if -1 in tuple(size) else size)
+
+
+@lowering("aten::reshape.default")
+def reshape(ctx, self, shape):
+    return view(ctx, self, shape)
 
 
 @lowering("aten::permute.default", "aten::permute_copy.default")
@@ -1554,9 +1578,14 @@ def _split(ctx, x, sizes, d):
     return out
 
 
-@lowering("aten::split_with_sizes.default", "aten::split.sizes", "aten::split_with_sizes_copy.default")
+@lowering("aten::split_with_sizes.default", "aten::split_with_sizes_copy.default")
 def split_with_sizes(ctx, self, split_sizes, dim=0):
     return _split(ctx, self, list(split_sizes), _wrap(dim, _ndim(self)))
+
+
+@lowering("aten::split.sizes")
+def split_sizes(ctx, self, split_size, dim=0):
+    return split_with_sizes(ctx, self, split_size, dim)
 
 
 @lowering("aten::split.Tensor", "aten::split_copy.Tensor")
@@ -1706,7 +1735,12 @@ def mv(ctx, self, vec):
     return _reshape(ctx, ctx.op("matmul", self, _reshape(ctx, vec, (vec.shape[0], 1))), (self.shape[0],))
 
 
-@lowering("aten::dot.default", "aten::vdot.default")
+@lowering("aten::vdot.default")
+def vdot(ctx, self, other):
+    return dot(ctx, self, other)
+
+
+@lowering("aten::dot.default")
 def dot(ctx, self, tensor):
     _check_float(ctx, self, tensor)
     return ctx.op("dot_general", self, tensor, lhs_contracting=(0,), rhs_contracting=(0,))
@@ -2092,12 +2126,18 @@ def _scatter_src(ctx, index, src):
 
 @lowering("aten::scatter.src", "aten::scatter.value", "aten::scatter.reduce", "aten::scatter.value_reduce")
 def scatter(ctx, self, dim, index, src=None, value=None, reduce=None):
-    if reduce not in (None, "add"):
-        raise ctx.fail(f"scatter with reduce={reduce!r} is not lowered (the graph's scatter adds or sets)")
+    if _ndim(self) == 0:                # a 0-d tensor scatters as a 1-element vector
+        one = (lambda v: _reshape(ctx, v, (1,)))
+        src = one(src) if isinstance(src, Value) else src
+        return _reshape(ctx, scatter(ctx, one(self), 0, one(index), src, value, reduce), ())
     upd = _scatter_src(ctx, index, ctx.cast(src, self.dtype)) if src is not None else \
         _full(ctx, index.shape, value, self.dtype)
-    return ctx.op("scatter", self, _index(ctx, index), upd, axis=_wrap(dim, _ndim(self)),
-                  mode="add" if reduce == "add" else "set")
+    d = _wrap(dim, _ndim(self))
+    if reduce == "multiply":
+        return _scatter_dense(ctx, self, d, _index(ctx, index), upd, "prod", True)
+    if reduce not in (None, "add"):
+        raise ctx.fail(f"scatter with reduce={reduce!r} is not lowered (torch takes 'add' or 'multiply')")
+    return ctx.op("scatter", self, _index(ctx, index), upd, axis=d, mode="add" if reduce == "add" else "set")
 
 
 @lowering("aten::scatter_add.default")
@@ -2105,13 +2145,69 @@ def scatter_add(ctx, self, dim, index, src):
     return scatter(ctx, self, dim, index, src, reduce="add")
 
 
+#: (graph op combining two values, its identity) of the scatter reductions done densely
+_DENSE_REDUCE = {"prod": ("mul", 1), "amax": ("maximum", -math.inf), "amin": ("minimum", math.inf)}
+#: the most elements of the one-hot comparison a dense scatter builds
+DENSE_SCATTER_LIMIT = 1 << 22
+
+
+def _scatter_dense(ctx, self: Value, d: int, idx: Value, upd: Value, reduce: str, include_self: bool) -> Value:
+    """A scatter reduction the graph's scatter (add/set only) has no mode for, done densely:
+    every update is compared with every position of axis ``d`` (a one-hot of ``idx``), the
+    updates are combined per position in log2 rounds, and the result is combined with
+    ``self`` (positions nothing scatters to keep ``self``)."""
+    n, ishape = self.shape[d], tuple(idx.shape)
+    if math.prod(ishape) * n > DENSE_SCATTER_LIMIT:
+        raise ctx.fail(f"scatter reduce={reduce!r} compares {math.prod(ishape)} updates with {n} positions; "
+                       f"fornax lowers at most {DENSE_SCATTER_LIMIT} pairs")
+    if self.dtype is DType.BOOL:
+        raise ctx.fail(f"scatter reduce={reduce!r} of a bool tensor is not lowered")
+    name, unit = _DENSE_REDUCE[reduce]
+    if not self.dtype.is_float and not math.isfinite(unit):
+        info = np.iinfo(self.dtype.numpy)
+        unit = info.min if unit < 0 else info.max
+    r = len(ishape)
+    pos = _bcast(ctx, _reshape(ctx, ctx.const(np.arange(n, dtype=np.int64), "pos"), (1,) * r + (n,)), ishape + (n,))
+    hit = ctx.op("eq", _bcast(ctx, _reshape(ctx, idx, ishape + (1,)), ishape + (n,)), pos)
+    vals = ctx.op("where", hit, _bcast(ctx, _reshape(ctx, upd, ishape + (1,)), ishape + (n,)),
+                  ctx.scalar(unit, self.dtype))
+    any_hit = ctx.cast(hit, DType.INT64)
+    vals = _halving(ctx, vals, d, name, unit)                 # (.., 1 at d, .., n)
+    any_hit = _halving(ctx, any_hit, d, "maximum", 0)
+    rest = ishape[:d] + ishape[d + 1:]
+    perm = list(range(d)) + [r - 1] + list(range(d, r - 1))  # the positions axis back at d
+
+    def place(v, fill):
+        v = _permute(ctx, _reshape(ctx, v, rest + (n,)), perm)
+        pads = tuple((0, self.shape[i] - v.shape[i]) for i in range(r))
+        return ctx.op("pad", v, pads=pads, value=fill) if any(p for _, p in pads) else v
+    vals, any_hit = place(vals, unit), ctx.op("ne", place(any_hit, 0), ctx.scalar(0, DType.INT64))
+    if include_self:
+        return ctx.op(name, self, vals)
+    return ctx.op("where", any_hit, vals, self)
+
+
 @lowering("aten::scatter_reduce.two")
 def scatter_reduce(ctx, self, dim, index, src, reduce, include_self=True):
-    if reduce != "sum":
-        raise ctx.fail(f"scatter_reduce with reduce={reduce!r} is not lowered (only 'sum')")
+    if _ndim(self) == 0:
+        one = (lambda v: _reshape(ctx, v, (1,)))
+        return _reshape(ctx, scatter_reduce(ctx, one(self), 0, one(index), one(src), reduce, include_self), ())
     d = _wrap(dim, _ndim(self))
     idx = _index(ctx, index)
     upd = _scatter_src(ctx, index, ctx.cast(src, self.dtype))
+    if reduce in _DENSE_REDUCE:
+        return _scatter_dense(ctx, self, d, idx, upd, reduce, include_self)
+    if reduce == "mean":
+        if not self.dtype.is_float:
+            raise ctx.fail("scatter_reduce mean of integers (floor division) is not lowered")
+        total = scatter_reduce(ctx, self, d, index, src, "sum", include_self)
+        ones = _full(ctx, index.shape, 1, self.dtype)
+        count = ctx.op("scatter", _full(ctx, self.shape, 1 if include_self else 0, self.dtype), idx, ones,
+                       axis=d, mode="add")
+        count = ctx.op("where", ctx.op("eq", count, ctx.scalar(0, self.dtype)), ctx.scalar(1, self.dtype), count)
+        return ctx.op("div", total, count)
+    if reduce != "sum":
+        raise ctx.fail(f"scatter_reduce with reduce={reduce!r} is not lowered")
     base = self
     if not include_self:
         hit = ctx.op("scatter", _full(ctx, self.shape, False, DType.BOOL), idx,
@@ -2166,16 +2262,43 @@ def index(ctx, self, indices):
     return _reshape(ctx, ctx.op("index_select", xr, lin, axis=1), before + bshape + after)
 
 
-@lowering("aten::index_put.default", "aten::_unsafe_index_put.default", "aten::index_put.hacked_twin")
-def index_put(ctx, self, indices, values, accumulate=False):
+@lowering("aten::index_put.default", "aten::_unsafe_index_put.default", "aten::index_put.hacked_twin",
+          "aten::_index_put_impl.default")
+def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
     if accumulate and self.dtype is DType.BOOL:
         raise ctx.fail("accumulating index_put into a bool tensor is not lowered")
+    if any(ix is not None and ix.dtype is DType.BOOL for ix in indices):
+        return _masked_put(ctx, self, indices, values, accumulate)
     xr, lin, before, bshape, after, xp, perm = _advanced(ctx, self, indices)
     vals = _bcast(ctx, ctx.cast(values, self.dtype), before + bshape + after)
     vals = _reshape(ctx, vals, (xr.shape[0], lin.shape[0], xr.shape[2]))
     out = ctx.op("scatter", xr, _along(ctx, lin, 1, vals.shape), vals, axis=1, mode="add" if accumulate else "set")
     inv = [perm.index(d) for d in range(len(perm))]
     return _permute(ctx, _reshape(ctx, out, xp.shape), inv)
+
+
+def _masked_put(ctx, self, indices, values, accumulate):
+    """``self[mask] = values`` (or ``+=``) with one boolean mask: a ``where`` over the mask
+    when ``values`` is the same for every selected element (size 1 along the selected
+    axis), which needs no count of the selected elements."""
+    pos = [i for i, ix in enumerate(indices) if ix is not None]
+    mask = indices[pos[0]]
+    k, m = pos[0], _ndim(indices[pos[0]])
+    if len(pos) != 1 or tuple(mask.shape) != tuple(self.shape[k:k + m]):
+        raise ctx.fail("a boolean mask index mixed with other indices gives a data-dependent shape")
+    before, after = tuple(self.shape[:k]), tuple(self.shape[k + m:])
+    vshape = tuple(values.shape)
+    if len(vshape) > len(after) + 1 + len(before) or \
+            (len(vshape) > len(after) and vshape[len(vshape) - len(after) - 1] != 1):
+        raise ctx.fail("values that differ per selected element give a data-dependent shape")
+    lead = vshape[:max(0, len(vshape) - len(after) - 1)]
+    vals = _reshape(ctx, ctx.cast(values, self.dtype), lead + (1,) * m + vshape[len(vshape) - min(len(vshape),
+                                                                                                len(after)):])
+    vals = _bcast(ctx, vals, self.shape)
+    cond = _bcast(ctx, _reshape(ctx, mask, (1,) * k + tuple(mask.shape) + (1,) * len(after)), self.shape)
+    if accumulate:
+        return ctx.op("add", self, ctx.op("where", cond, vals, _zeros_like(ctx, vals)))
+    return ctx.op("where", cond, vals, self)
 
 
 @lowering("aten::embedding.default")
@@ -2791,8 +2914,9 @@ def _pool1d(fn):
     """A 1-d pooling as its 2-d form over a height of one."""
     def run(ctx, self, *args):
         x = unsqueeze(ctx, self, -2)
-        sub = LowerCtx(ctx.g, [OutMeta(ctx.outs[0].shape[:-1] + (1,) + ctx.outs[0].shape[-1:], ctx.outs[0].dtype)])
-        sub.where, sub._consts = ctx.where, ctx._consts
+        sub = LowerCtx(ctx.g, [OutMeta(ctx.outs[0].shape[:-1] + (1,) + ctx.outs[0].shape[-1:], ctx.outs[0].dtype)],
+                       ctx._consts)
+        sub.where = ctx.where
         return squeeze(ctx, fn(sub, x, *args), _ndim(x) - 2)
     return run
 
@@ -2806,6 +2930,205 @@ def avg_pool1d(ctx, self, kernel_size, stride=(), padding=0, ceil_mode=False, co
 @lowering("aten::adaptive_avg_pool1d.default")
 def adaptive_avg_pool1d(ctx, self, output_size):
     return _pool1d(_adaptive_avg_pool2d)(ctx, self, [1, _nlist(output_size, 1)[0]])
+
+
+# ---- more activations and losses ------------------------------------------------------------------------------------------
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+@lowering("aten::celu.default")
+def celu(ctx, self, alpha=1.0):
+    return elu(ctx, self, alpha, 1, 1.0 / alpha)
+
+
+@lowering("aten::selu.default")
+def selu(ctx, self):
+    return elu(ctx, self, _SELU_ALPHA, _SELU_SCALE, 1)
+
+
+@lowering("aten::_prelu_kernel.default")
+def _prelu_kernel(ctx, self, weight):
+    dt = _compute(ctx)
+    x = ctx.cast(self, dt)
+    return ctx.op("where", ctx.op("gt", x, ctx.scalar(0, dt)), x, ctx.op("mul", ctx.cast(weight, dt), x))
+
+
+@lowering("aten::_prelu_kernel_backward.default")
+def _prelu_kernel_backward(ctx, grad_output, self, weight):
+    dt = _compute(ctx)
+    x, g = ctx.cast(self, dt), ctx.cast(grad_output, dt)
+    pos_ = ctx.op("gt", x, ctx.scalar(0, dt))
+    gi = ctx.op("where", pos_, g, ctx.op("mul", ctx.cast(weight, dt), g))
+    gw = ctx.op("where", pos_, ctx.scalar(0, dt), ctx.op("mul", x, g))
+    return gi, gw
+
+
+@lowering("aten::glu_backward.default")
+def glu_backward(ctx, grad_output, self, dim):
+    dt = _compute(ctx)
+    x, g = ctx.cast(self, dt), ctx.cast(grad_output, dt)
+    d = _wrap(dim, _ndim(x))
+    a, b = _split(ctx, x, [x.shape[d] // 2] * 2, d)
+    s = ctx.op("sigmoid", b)
+    ga = ctx.op("mul", g, s)
+    gb = ctx.op("mul", ctx.op("mul", ga, a), ctx.op("sub", ctx.scalar(1, dt), s))
+    return ctx.op("concat", ga, gb, axis=d)
+
+
+@lowering("aten::mish_backward.default")
+def mish_backward(ctx, grad_output, self):
+    dt = _compute(ctx)
+    x, g = ctx.cast(self, dt), ctx.cast(grad_output, dt)
+    t = ctx.op("tanh", _softplus(ctx, x, 1, 20))
+    s = ctx.op("sigmoid", x)
+    d = ctx.op("mul", ctx.op("mul", x, s), ctx.op("sub", ctx.scalar(1, dt), ctx.op("mul", t, t)))
+    return ctx.op("mul", g, ctx.op("add", t, d))
+
+
+@lowering("aten::binary_cross_entropy_with_logits.default")
+def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None, reduction=1):
+    """(1 - y) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)), w_pos = (pos_weight - 1) y + 1."""
+    dt = _compute(ctx)
+    x, y = ctx.cast(self, dt), ctx.cast(target, dt)
+    one = ctx.scalar(1, dt)
+    sp = ctx.op("add", _log1p(ctx, ctx.op("exp", ctx.op("neg", ctx.op("abs", x)))),
+                ctx.op("maximum", ctx.op("neg", x), ctx.scalar(0, dt)))
+    if pos_weight is not None:
+        lw = ctx.op("add", ctx.op("mul", ctx.op("sub", ctx.cast(pos_weight, dt), one), y), one)
+        sp = ctx.op("mul", lw, sp)
+    loss = ctx.op("add", ctx.op("mul", ctx.op("sub", one, y), x), sp)
+    if weight is not None:
+        loss = ctx.op("mul", loss, ctx.cast(weight, dt))
+    return _reduce_loss(ctx, loss, reduction)
+
+
+def _loss_norm(self, reduction):
+    return 1.0 / math.prod(self.shape) if _REDUCTIONS[reduction] == "mean" else 1.0
+
+
+@lowering("aten::huber_loss.default")
+def huber_loss(ctx, self, target, reduction=1, delta=1.0):
+    dt = _compute(ctx)
+    d = ctx.op("abs", ctx.op("sub", ctx.cast(self, dt), ctx.cast(target, dt)))
+    s = functools.partial(ctx.scalar, dtype=dt)
+    quad = ctx.op("mul", ctx.op("mul", d, d), s(0.5))
+    lin = ctx.op("mul", ctx.op("sub", d, s(0.5 * delta)), s(delta))
+    return _reduce_loss(ctx, ctx.op("where", ctx.op("lt", d, s(delta)), quad, lin), reduction)
+
+
+@lowering("aten::huber_loss_backward.default")
+def huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
+    dt = _compute(ctx)
+    x = ctx.op("sub", ctx.cast(self, dt), ctx.cast(target, dt))
+    c = ctx.op("clamp", x, ctx.scalar(-delta, dt), ctx.scalar(delta, dt))
+    return ctx.op("mul", ctx.op("mul", c, ctx.scalar(_loss_norm(self, reduction), dt)), ctx.cast(grad_output, dt))
+
+
+@lowering("aten::smooth_l1_loss.default")
+def smooth_l1_loss(ctx, self, target, reduction=1, beta=1.0):
+    dt = _compute(ctx)
+    d = ctx.op("abs", ctx.op("sub", ctx.cast(self, dt), ctx.cast(target, dt)))
+    if beta == 0:
+        return _reduce_loss(ctx, d, reduction)
+    s = functools.partial(ctx.scalar, dtype=dt)
+    quad = ctx.op("div", ctx.op("mul", ctx.op("mul", d, d), s(0.5)), s(beta))
+    return _reduce_loss(ctx, ctx.op("where", ctx.op("lt", d, s(beta)), quad, ctx.op("sub", d, s(0.5 * beta))),
+                        reduction)
+
+
+@lowering("aten::smooth_l1_loss_backward.default")
+def smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
+    dt = _compute(ctx)
+    x = ctx.op("sub", ctx.cast(self, dt), ctx.cast(target, dt))
+    s = functools.partial(ctx.scalar, dtype=dt)
+    if beta == 0:
+        d = ctx.op("sign", x)
+    else:
+        d = ctx.op("where", ctx.op("le", x, s(-beta)), s(-1),
+                   ctx.op("where", ctx.op("ge", x, s(beta)), s(1), ctx.op("div", x, s(beta))))
+    return ctx.op("mul", ctx.op("mul", d, s(_loss_norm(self, reduction))), ctx.cast(grad_output, dt))
+
+
+@lowering("aten::l1_loss.default")
+def l1_loss(ctx, self, target, reduction=1):
+    dt = _compute(ctx)
+    return _reduce_loss(ctx, ctx.op("abs", ctx.op("sub", ctx.cast(self, dt), ctx.cast(target, dt))), reduction)
+
+
+@lowering("aten::unsafe_split.Tensor")
+def unsafe_split(ctx, self, split_size, dim=0):
+    return split(ctx, self, split_size, dim)
+
+
+@lowering("aten::unsafe_split_with_sizes.default")
+def unsafe_split_with_sizes(ctx, self, split_sizes, dim=0):
+    return split_with_sizes(ctx, self, split_sizes, dim)
+
+
+# ---- selection: topk and sort by repeated arg-extremes -----------------------------------------------------------------
+_MAX_SELECT = 64
+
+
+def _select_extremes(ctx, x, k, d, largest):
+    """The k largest (smallest) entries along ``d`` in order, and their indices: k rounds of
+    "the first not-yet-taken position holding the extreme value".  NaN counts as the
+    largest value (as in torch); ties go to the lower index (a stable order)."""
+    if x.dtype is DType.BOOL:
+        x = ctx.cast(x, DType.INT32)
+    dt = x.dtype
+    if dt.is_float:
+        fill = -math.inf if largest else math.inf
+        nan = ctx.op("isnan", x)
+    else:
+        info = np.iinfo(dt.numpy)
+        fill = int(info.min if largest else info.max)
+        nan = None
+    red = "reduce_max" if largest else "reduce_min"
+    pos_ = ctx.op("iota", shape=tuple(x.shape), axis=d, dtype="int64")
+    taken = _full(ctx, x.shape, False, DType.BOOL)
+    i32 = functools.partial(ctx.cast, dtype=DType.INT32)
+    vals, idxs = [], []
+    for _ in range(k):
+        avail = ctx.op("logical_not", taken)
+        ok = avail if nan is None else ctx.op("logical_and", avail, ctx.op("logical_not", nan))
+        m = ctx.op(red, ctx.op("where", ok, x, ctx.scalar(fill, dt)), axis=d, keepdims=True)
+        pick = ctx.op("logical_and", ok, ctx.op("eq", x, m))
+        if nan is not None:
+            nan_av = ctx.op("logical_and", avail, nan)
+            if largest:
+                first = ctx.op("reduce_max", i32(nan_av), axis=d, keepdims=True)
+                pick = ctx.op("where", ctx.op("gt", first, ctx.scalar(0, DType.INT32)), nan_av, pick)
+            else:
+                any_ok = ctx.op("reduce_max", i32(pick), axis=d, keepdims=True)
+                pick = ctx.op("where", ctx.op("gt", any_ok, ctx.scalar(0, DType.INT32)), pick, nan_av)
+        idx = ctx.op("argmax", i32(pick), axis=d, keepdims=True)
+        vals.append(ctx.op("gather", x, idx, axis=d))
+        idxs.append(idx)
+        taken = ctx.op("logical_or", taken, ctx.op("eq", pos_, idx))
+    cat = (lambda vs: vs[0] if len(vs) == 1 else ctx.op("concat", *vs, axis=d))
+    return cat(vals), cat(idxs)
+
+
+def _select(ctx, self, k, dim, largest):
+    if _ndim(self) == 0:
+        return self, _full(ctx, (), 0, DType.INT64)
+    d = _wrap(dim, _ndim(self))
+    if k > _MAX_SELECT:
+        raise ctx.fail(f"selecting {k} elements unrolls into {k} rounds; fornax lowers at most {_MAX_SELECT}")
+    return _select_extremes(ctx, self, k, d, largest)
+
+
+@lowering("aten::topk.default")
+def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
+    """Values as torch's; among equal values the lower index comes first (torch's CPU topk
+    leaves equal values in whatever order its partial sort gives)."""
+    return _select(ctx, self, k, dim, largest)
+
+
+@lowering("aten::sort.default", "aten::sort.stable")
+def sort(ctx, self, dim=-1, descending=False, stable=None):
+    n = self.shape[_wrap(dim, _ndim(self))] if _ndim(self) else 1
+    return _select(ctx, self, n, dim, descending)
 
 
 # ---- foreach (optimizers): one lowering per list element --------------------------------------------------------------

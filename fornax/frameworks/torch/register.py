@@ -86,8 +86,13 @@ def _accounted(name: str, fn):
 
 
 def _redispatch_cpu(op):
+    """The CPU kernel of a metadata-only op on the same storage, counted as a ``view``."""
+    key = op.name()
+
     def kernel(*args, **kwargs):
-        return op.redispatch(T._CPU_KEYS, *args, **kwargs)
+        out = op.redispatch(T._CPU_KEYS, *args, **kwargs)
+        eager.current().stats.record(key, "view")
+        return out
     return kernel
 
 

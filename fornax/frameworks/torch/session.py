@@ -42,11 +42,25 @@ class OpStats:
 
     last: str = ""                                          # the route of the latest call
 
+    last_key: tuple = ()
+
     def record(self, op: str, kind: str, reason: str = "") -> None:
         self.last = kind
+        self.last_key = (op, kind)
         self.routes[(op, kind)] += 1
         if reason and (op, kind) not in self.reasons:
             self.reasons[(op, kind)] = reason
+
+    def relabel_last(self, op: str, reason: str = "") -> None:
+        """Count the latest call under ``op`` instead (an in-place or out= op that ran as its
+        functional twin is one call, of the op the program made)."""
+        if not self.last_key:
+            return
+        old, kind = self.last_key
+        self.routes[(old, kind)] -= 1
+        if not self.routes[(old, kind)]:
+            del self.routes[(old, kind)]
+        self.record(op, kind, reason)
 
     def rows(self, kind: str | None = None) -> list[dict]:
         out = [{"op": op, "route": k, "count": n, "reason": self.reasons.get((op, k), "")}
