@@ -18,7 +18,7 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import calibration, collectives, compile_times, gemm_sweep, shape_only, torch_frontend
+from . import calibration, collectives, compile_times, gemm_sweep, opinfo, shape_only, torch_frontend
 
 REPEATS = 5
 
@@ -83,6 +83,7 @@ def main() -> None:
     gemm_sweep.main()
     collectives.main()
     torch_frontend.main()
+    opinfo.main()
 
 
 if __name__ == "__main__":

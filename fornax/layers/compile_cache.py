@@ -74,9 +74,10 @@ def identity_text(compiler: dict) -> str:
     return json.dumps(compiler, sort_keys=True, default=str)
 
 
-def cache_key(graph, target, compiler: dict | str, options: str) -> str:
+def cache_key(graph, target, compiler: dict | str | bytes, options: str) -> str:
     """The content address of one compilation (see the module docstring).  ``compiler``:
-    the compiler's identity, or its :func:`identity_text` worked out before (the same key)."""
+    the compiler's identity, or its :func:`identity_text` (as text or UTF-8 bytes) worked out
+    before: the same key either way."""
     h = hashlib.sha256(b"fornax compile cache v%d\0" % VERSION)
     h.update(str(graph).encode())
     for v in graph.constants:
@@ -84,7 +85,9 @@ def cache_key(graph, target, compiler: dict | str, options: str) -> str:
         h.update(f"\0{v.name}:{arr.dtype.name}:{arr.shape}\0".encode())
         h.update(arr.tobytes())
     h.update(f"\0{target.arch}|{target.format}|{target.compute_units}\0".encode())
-    h.update((compiler if isinstance(compiler, str) else identity_text(compiler)).encode())
+    if not isinstance(compiler, bytes):
+        compiler = (compiler if isinstance(compiler, str) else identity_text(compiler)).encode()
+    h.update(compiler)
     h.update(b"\0" + options.encode())
     return h.hexdigest()
 

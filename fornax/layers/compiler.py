@@ -222,17 +222,17 @@ class CompilerBase:
         return cache_key(graph, target, self._identity(),
                          f"{sorted(routines)}|{(options or CompileOptions()).key()}")
 
-    def _identity(self) -> str:
-        """This compiler's part of every cache key, as canonical JSON.  Worked out again only
-        when the vendor, the facts tables or the fornax version is another object: facts are
-        data, read when the compiler is built and never edited in place."""
+    def _identity(self) -> bytes:
+        """This compiler's part of every cache key, as canonical JSON (UTF-8).  Worked out
+        again only when the vendor, the facts tables or the fornax version is another object:
+        facts are data, read when the compiler is built and never edited in place."""
         parts = (self.vendor, self.facts["compiler"], fornax_version(),
                  self.facts.get("library", {}).get("dnn"))
         memo = self.__dict__.get("_identity_memo")
         if memo is None or any(a is not b for a, b in zip(memo[0], parts)):
             text = identity_text({"vendor": parts[0], "compiler": parts[1], "fornax": parts[2],
                                   "dnn": parts[3]})
-            memo = self._identity_memo = (parts, text)
+            memo = self._identity_memo = (parts, text.encode())
         return memo[1]
 
     def _cache_get(self, key: str, graph: Graph) -> CompiledGraph | None:

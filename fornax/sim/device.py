@@ -99,6 +99,8 @@ class Device:
         if hit is not None and hit[0] is self.spec:
             return hit[1]
         cost = kernel_cost(self.spec, counters, meta)
+        if len(memo) >= 64:                # footprints that keep changing: keep the memo small
+            memo.clear()
         memo[key] = (self.spec, cost)
         return cost
 

@@ -223,11 +223,23 @@ def _plain(ins, t, regs):
     return None
 
 
-class _Recorder:
-    """Watches a first launch: which registers are static, and the tape of the rest."""
+def _root(arr: np.ndarray) -> np.ndarray:
+    """The array whose memory ``arr`` views (itself if it owns its memory)."""
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr
 
-    def __init__(self):
-        self.ok = True              # False once something depends on loaded data
+
+class _Recorder:
+    """Watches a launch: which registers are static, and the tape of the rest.  Gives up
+    (``ok`` False) when something depends on loaded data or the tape would hold more than
+    ``limit`` bytes (then it also lets go of what it held)."""
+
+    def __init__(self, limit: int):
+        self.ok = True              # False once the launch cannot be (or is not) recorded
+        self.limit = limit
+        self.nbytes = 0             # what the tape holds: static arrays, lane layouts, entries
+        self._held: set[int] = set()
         self.static: set[str] = set()
         self.tape: list[list] = []  # [instruction, {static register: value}, lanes or None]
         self.chunks: list[tuple[int, list]] = []
@@ -236,7 +248,17 @@ class _Recorder:
         self.static, self.tape = set(), []
 
     def end_chunk(self, n: int) -> None:
-        self.chunks.append((n, self.tape))
+        if self.ok:
+            self.chunks.append((n, self.tape))
+
+    def _hold(self, nbytes: int) -> None:
+        self.nbytes += nbytes
+        if self.nbytes > self.limit:
+            self.give_up()
+
+    def give_up(self) -> None:
+        self.ok = False
+        self.tape, self.chunks, self._held = [], [], set()
 
     def before(self, ins, t, regs) -> bool:
         """Called before ``ins`` runs: True if its result is static (it needs no tape entry)."""
@@ -247,9 +269,17 @@ class _Recorder:
         if t in _PURE and all(r in static for r in reads):
             return True
         if t in _MEMORY and (ins.offsets not in static or (ins.mask is not None and ins.mask not in static)):
-            self.ok = False                 # data-dependent addresses: not replayable
+            self.give_up()                  # data-dependent addresses: not replayable
             return False
-        self.tape.append([ins, {r: regs[r] for r in reads if r in static}, _plain(ins, t, regs)])
+        statics = {r: regs[r] for r in reads if r in static}
+        self.tape.append([ins, statics, _plain(ins, t, regs)])
+        held = 256                          # the entry itself: list, dict, later a closure
+        for arr in statics.values():
+            root = _root(arr)
+            if id(root) not in self._held:
+                self._held.add(id(root))
+                held += root.nbytes
+        self._hold(held)
         return False
 
     def after(self, ins, static: bool, lanes) -> None:
@@ -261,6 +291,7 @@ class _Recorder:
                 self.static.discard(dst)
         if lanes is not None:
             self.tape[-1][2] = lanes
+            self._hold(lanes.nbytes())
 
 
 class _Run:
@@ -306,8 +337,8 @@ class _Run:
             bound = regs[stop]
             if bound.size != 1:
                 self.fail(ins, f"loop bound {stop} must be uniform across instances")
-            if rec is not None and stop not in rec.static:
-                rec.ok = False              # a bound read from memory: not replayable
+            if rec is not None and rec.ok and stop not in rec.static:
+                rec.give_up()               # a bound read from memory: not replayable
             stop = int(bound.reshape(-1)[0])
         for k in range(ins.start, stop, ins.step):
             regs[ins.var] = np.array([k], dtype=np.int64)
@@ -534,19 +565,11 @@ class _Recording:
         self.counters = counters
         self.read_rel = [(k, lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.read_ranges.items()]
         self.write_rel = [(k, lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.write_ranges.items()]
-        seen, total = set(), 0
         for _, tape in rec.chunks:
-            for _, statics, how in tape:
+            for _, statics, _how in tape:
                 for arr in statics.values():
                     _frozen(arr)
-                    while isinstance(arr.base, np.ndarray):     # a view: count what it views
-                        arr = arr.base
-                    if id(arr) not in seen:
-                        seen.add(id(arr))
-                        total += arr.nbytes
-                if isinstance(how, _Lanes):
-                    total += how.nbytes()
-        self.nbytes = total
+        self.nbytes = rec.nbytes
         #: per chunk, the tape as (static registers to bind, operation) pairs
         self.chunks = [[(statics, _operation(ins, how, n)) for ins, statics, how in tape]
                        for n, tape in rec.chunks]
@@ -692,9 +715,6 @@ def _drop(key: tuple) -> None:
 
 def _keep(pid: int, info: _Program, key, recording: _Recording) -> None:
     global _recorded_bytes
-    if recording.nbytes > REPLAY_BYTES // 8:
-        info.skip.add(key)
-        return
     _RECORDINGS[(pid, key)] = recording
     info.keys.add(key)
     _recorded_bytes += recording.nbytes
@@ -782,7 +802,7 @@ def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
     recorder = None
     if key is not None and key not in info.skip:
         if key in info.seen:
-            recorder = _Recorder()
+            recorder = _Recorder(REPLAY_BYTES // 8)   # one recording: at most an eighth of all
         else:
             if len(info.seen) >= 256:
                 info.seen.clear()

@@ -23,6 +23,13 @@ from fornax.stack import compose, make_config
 BLOCK = 128
 
 
+@pytest.fixture(autouse=True)
+def fresh_recordings():
+    ex.clear_recordings()
+    yield
+    ex.clear_recordings()
+
+
 def ragged_program() -> Program:
     """out[i] = x[i] * x[i] + relu(y[i]) for i < n (a masked tail)."""
     return isa.verify(Program("ragged", (Param("x", "ptr", "float32"), Param("y", "ptr", "float32"),
@@ -201,14 +208,14 @@ def test_a_replayed_launch_faults_exactly_like_a_plain_one(damage, monkeypatch):
 
 
 def test_recordings_stay_within_their_byte_budget(monkeypatch):
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 100_000)       # room for some of 12 recordings
+    monkeypatch.setattr(ex, "REPLAY_BYTES", 120_000)       # room for some of 12 recordings
     progs = [ragged_program() for _ in range(12)]
     _, grid, make, _ = ragged_case(1000)
     bufs = Buffers()
     for prog in progs:
         for t in range(2):
             ex.execute(prog, grid, make(bufs, t), bufs.space)
-    assert 0 < ex._recorded_bytes <= 100_000
+    assert 0 < ex._recorded_bytes <= 120_000
     held = [ex.recordings(p) for p in progs]
     assert 0 < sum(held) < len(progs) and held[-1] == 1      # the least recently used went first
     # an evicted program still runs correctly
@@ -217,6 +224,16 @@ def test_recordings_stay_within_their_byte_budget(monkeypatch):
     rng = np.random.default_rng(9)
     x, y = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
     np.testing.assert_array_equal(bufs.get(args["out"], 1000, np.float32), x * x + np.maximum(y, 0))
+
+
+def test_a_kernel_too_large_to_record_runs_plainly(monkeypatch):
+    monkeypatch.setattr(ex, "REPLAY_BYTES", 8 * 4096)       # one recording may hold 4 KiB
+    prog, grid, make, outputs = gemm_case()
+    plain = launches(prog, grid, make, outputs, replay=False, monkeypatch=monkeypatch)
+    monkeypatch.setattr(ex, "REPLAY_BYTES", 8 * 4096)
+    prog2, *_ = gemm_case()
+    assert_same(plain, launches(prog2, grid, make, outputs))
+    assert ex.recordings(prog2) == 0
 
 
 def test_a_stack_with_replay_matches_one_without(monkeypatch):

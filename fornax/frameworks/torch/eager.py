@@ -59,6 +59,11 @@ class OpInfo:
     functional: object = None       # the functional twin of an in-place / out= op
     mutated: tuple = ()             # (position, name) of the arguments the op writes
     seeded: bool = False
+    options: bool = False           # the functional twin takes dtype/layout/device/pin_memory
+
+
+_OPTIONS = (("dtype", "Optional[int]"), ("layout", "Optional[int]"), ("device", "Optional[Device]"),
+            ("pin_memory", "Optional[bool]"))
 
 
 _INFO: dict = {}
@@ -88,7 +93,11 @@ def _classify(op) -> OpInfo:
     if outs:
         keep = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
         twin = _find_overload(packet, keep)
-        return OpInfo(name, "out", twin, mutated, seeded)
+        options = False
+        if twin is None:              # a factory: the functional form adds TensorOptions
+            twin = _find_overload(packet, keep + list(_OPTIONS))
+            options = twin is not None
+        return OpInfo(name, "out", twin, mutated, seeded, options)
     base = schema.name.split("::")[1]
     if base.endswith("_") and packet is not None:
         twin = getattr(packet, op._overloadname, None)
@@ -226,6 +235,8 @@ def _via_functional(session, info: OpInfo, op, args, kwargs):
         fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in op._schema.arguments
                                                                  if a.is_out}}
         fargs = args[:len([a for a in op._schema.arguments if not a.is_out and not a.kwarg_only])]
+        if info.options:
+            fkwargs = dict(fkwargs, dtype=outs[0].dtype, device=outs[0].device)
     else:
         outs = [args[0]]
         fargs, fkwargs = args, kwargs
@@ -480,11 +491,18 @@ def _convert_graph(shape, src_stride, src_dt, dst_dt, dst_stride) -> Graph:
     if dst_dt != src_dt:
         y = g.op("cast", y, dtype=dst_dt)
     if tuple(dst_stride) != T.contiguous_strides(shape):
+        # pull form over the destination's span: every span element takes the value whose view
+        # position lands on it, or keeps its old value (a view never writes one element twice)
         span = T.span_elements(shape, dst_stride)
         base = g.input("dst", (span,), dst_dt)
         flat = g.op("reshape", y, shape=(int(np.prod(shape)),))
-        y = g.op("scatter", base, g.constant(_strided_index(shape, dst_stride).reshape(-1), "di"), flat,
-                 axis=0, mode="set")
+        inv = np.full(span, -1, dtype=np.int64)
+        inv[_strided_index(shape, dst_stride).reshape(-1)] = np.arange(int(np.prod(shape)), dtype=np.int64)
+        where_from = g.constant(inv, "inv")
+        picked = g.op("index_select", flat, g.op("maximum", where_from, g.constant(np.int64(0), "zero")),
+                      axis=0)
+        hit = g.op("ge", where_from, g.constant(np.int64(0), "zero"))
+        y = g.op("where", hit, picked, base)
     g.output(y)
     return g
 
@@ -515,7 +533,7 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     key = ("copy", shape, tuple(src.stride()), sd, dd, tuple(dst.stride()))
     plan = _cached_plan(session, key, lambda: _convert_graph(shape, tuple(src.stride()), sd, dd,
                                                              tuple(dst.stride())))
-    if dst.is_contiguous():
+    if tuple(dst.stride()) == T.contiguous_strides(shape):      # the same test _convert_graph makes
         plan([T.address(src, session)], [T.address(dst, session)], stream)
         return dst
     span_bytes = T.span_elements(shape, dst.stride()) * dst.element_size()

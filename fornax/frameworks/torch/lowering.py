@@ -43,8 +43,9 @@ Honest limits (a refusal raises :class:`NotLowerable` with its reason):
   ``empty_strided``, ``resize_``: the eager path allocates) have no lowering;
 * integer matrix products, ``pow`` of integers to negative integer powers,
   ``max_pool2d`` of integers, the ``mean`` of integers in ``scatter_reduce``,
-  ``topk``/``sort`` of more than 64 elements (they unroll one round per
-  element) and ``prod``/``amax``/``amin`` scatters (and ``scatter`` with
+  ``sort`` (and ``topk`` of more than 64 elements, which sorts) along an axis
+  longer than 2**16 (a bitonic network of log2(n)**2 / 2 stages) and
+  ``prod``/``amax``/``amin`` scatters (and ``scatter`` with
   ``reduce="multiply"``) of more than 2**22 update-position pairs (they compare
   every update with every position) are refused;
 * ``index_put`` with a boolean mask is lowered when the value is the same for
@@ -3065,7 +3066,7 @@ def unsafe_split_with_sizes(ctx, self, split_sizes, dim=0):
     return split_with_sizes(ctx, self, split_sizes, dim)
 
 
-# ---- selection: topk and sort by repeated arg-extremes -----------------------------------------------------------------
+# ---- selection: topk by repeated arg-extremes (k <= 64), sort by a bitonic network ---------------------------------
 _MAX_SELECT = 64
 
 
@@ -3112,23 +3113,96 @@ def _select_extremes(ctx, x, k, d, largest):
 def _select(ctx, self, k, dim, largest):
     if _ndim(self) == 0:
         return self, _full(ctx, (), 0, DType.INT64)
-    d = _wrap(dim, _ndim(self))
-    if k > _MAX_SELECT:
-        raise ctx.fail(f"selecting {k} elements unrolls into {k} rounds; fornax lowers at most {_MAX_SELECT}")
-    return _select_extremes(ctx, self, k, d, largest)
+    return _select_extremes(ctx, self, k, _wrap(dim, _ndim(self)), largest)
+
+
+#: the longest axis the bitonic network sorts (2**16 elements: 136 compare-exchange stages)
+MAX_SORT = 1 << 16
+
+
+def _bitonic_sort(ctx, x: Value, d: int, descending: bool) -> tuple[Value, Value]:
+    """Stable sort along ``d`` by a bitonic network: log2(N) (log2(N) + 1) / 2 compare-exchange
+    stages for N the axis length padded to a power of 2, each an ``index_select`` of every
+    element's partner and a select.  Elements compare by (value, rank), the rank being the
+    index shifted by a multiple of N: NaN (torch's largest value) and the padding become
+    extreme values whose rank puts them after every real one of the same value (NaN before
+    them when descending), and equal values keep their index order (a stable sort).  The
+    values come back by a gather at the sorted indices."""
+    if x.dtype is DType.BOOL:
+        x = ctx.cast(x, DType.INT32)
+    dt, r, n = x.dtype, _ndim(x), x.shape[d]
+    if n > MAX_SORT:
+        raise ctx.fail(f"sorting {n} elements along one axis; fornax's bitonic network sorts at most {MAX_SORT}")
+    perm = [a for a in range(r) if a != d] + [d]
+    xt = _permute(ctx, x, perm)
+    rows = math.prod(xt.shape[:-1])
+    big = 1 << max(0, (n - 1).bit_length())
+    v = _reshape(ctx, xt, (rows, n))
+    if dt.is_float:
+        top, bottom = math.inf, -math.inf
+    else:
+        info = np.iinfo(dt.numpy)
+        top, bottom = int(info.max), int(info.min)
+    last = bottom if descending else top            # the value that sorts last
+    pos = np.arange(big, dtype=np.int64)
+    rank = ctx.const(pos.reshape(1, big), "rank")
+    if dt.is_float:                                 # rank classes: NaN first when descending, last ascending
+        nan = ctx.op("isnan", v)
+        v = ctx.op("where", nan, ctx.scalar(top, dt), v)
+        shift = ctx.op("where", nan, ctx.scalar(-big if descending else big, DType.INT64),
+                       ctx.scalar(0, DType.INT64))
+        if big != n:
+            shift = ctx.op("pad", shift, pads=((0, 0), (0, big - n)), value=0)
+        rank = ctx.op("add", rank, shift)
+    if big != n:
+        v = ctx.op("pad", v, pads=((0, 0), (0, big - n)), value=last)
+        rank = ctx.op("add", rank, ctx.const(np.where(pos >= n, 2 * big, 0).reshape(1, big), "padrank"))
+    rank = _bcast(ctx, rank, (rows, big))
+    ahead = "gt" if descending else "lt"
+    k = 2
+    while k <= big:
+        j = k // 2
+        while j >= 1:
+            partner = pos ^ j
+            p = ctx.const(partner, "partner")
+            pv, pr = (ctx.op("index_select", t, p, axis=1) for t in (v, rank))
+            before = ctx.op("logical_or", ctx.op(ahead, v, pv),
+                            ctx.op("logical_and", ctx.op("eq", v, pv), ctx.op("lt", rank, pr)))
+            first = ctx.const(((pos < partner) == ((pos & k) == 0)).reshape(1, big), "first")
+            swap = ctx.op("ne", first, before)      # this slot takes the earlier one of its pair
+            v, rank = ctx.op("where", swap, pv, v), ctx.op("where", swap, pr, rank)
+            j //= 2
+        k *= 2
+    i = ctx.op("remainder", rank, ctx.scalar(big, DType.INT64))   # the rank classes shift by big
+    if big != n:
+        i = ctx.op("slice", i, start=(0, 0), stop=(rows, n))
+    # the values back from the original (NaN-keeping) input at the sorted indices
+    vals = ctx.op("gather", _reshape(ctx, xt, (rows, n)), i, axis=1)
+    inv = [perm.index(a) for a in range(r)]
+    back = (lambda t: _permute(ctx, _reshape(ctx, t, xt.shape), inv))
+    return back(vals), back(i)
 
 
 @lowering("aten::topk.default")
 def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
     """Values as torch's; among equal values the lower index comes first (torch's CPU topk
-    leaves equal values in whatever order its partial sort gives)."""
-    return _select(ctx, self, k, dim, largest)
+    leaves equal values in whatever order its partial sort gives).  Up to 64 elements by
+    selection rounds, more by a sort."""
+    if k <= _MAX_SELECT or _ndim(self) == 0:
+        return _select(ctx, self, k, dim, largest)
+    d = _wrap(dim, _ndim(self))
+    vals, idx = _bitonic_sort(ctx, self, d, largest)
+    stop = tuple(k if a == d else s for a, s in enumerate(self.shape))
+    cut = (lambda t: ctx.op("slice", t, start=(0,) * _ndim(self), stop=stop))
+    return cut(vals), cut(idx)
 
 
 @lowering("aten::sort.default", "aten::sort.stable")
 def sort(ctx, self, dim=-1, descending=False, stable=None):
-    n = self.shape[_wrap(dim, _ndim(self))] if _ndim(self) else 1
-    return _select(ctx, self, n, dim, descending)
+    if _ndim(self) == 0:
+        return _select(ctx, self, 1, dim, descending)
+    d = _wrap(dim, _ndim(self))
+    return _bitonic_sort(ctx, self, d, descending)
 
 
 # ---- foreach (optimizers): one lowering per list element --------------------------------------------------------------
