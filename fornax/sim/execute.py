@@ -172,20 +172,63 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+def _box(index: np.ndarray):
+    """``index`` (element indices in lane order) as a row-major walk of an n-d box from
+    ``index[0]``: ``(shape, strides)`` in elements (a stride may be 0 or negative), or None
+    when it is not one.  Checked element by element, so a box is never a guess."""
+    dims, x = [], index
+    while x.size > 1:
+        steps = np.diff(x)
+        d = steps[0]
+        breaks = np.flatnonzero(steps != d)
+        run = x.size if breaks.size == 0 else int(breaks[0]) + 1
+        if run < 2 or x.size % run:
+            return None
+        dims.append((run, int(d)))
+        x = x[::run]
+    shape = tuple(r for r, _ in reversed(dims))
+    strides = tuple(d for _, d in reversed(dims))
+    if not np.array_equal(_box_index(int(index[0]), shape, strides), index):
+        return None
+    return shape, strides
+
+
+def _box_index(start: int, shape: tuple, strides: tuple) -> np.ndarray:
+    """The element indices of a box, flat in row-major order."""
+    out = np.full(shape, start, dtype=np.int64)
+    for axis, (r, d) in enumerate(zip(shape, strides)):
+        out += (np.arange(r, dtype=np.int64) * d).reshape((r,) + (1,) * (len(shape) - axis - 1))
+    return out.ravel()
+
+
+def _one_to_one(shape: tuple, strides: tuple) -> bool:
+    """Whether a box's elements are all distinct (a mixed-radix layout: each stride clears
+    the span of the smaller ones), so a store into it writes each element once."""
+    span = 0
+    for r, d in sorted(zip(shape, (abs(d) for d in strides)), key=lambda e: e[1]):
+        if d <= span:
+            return False
+        span += (r - 1) * d
+    return True
+
+
 class _Lanes:
     """The static layout of one load or store: which elements of its buffer it touches.
 
     ``lo``/``hi``: byte offsets (from the pointer argument) of the first and last active
-    element; ``start``/``count``: the elements, when they are one ascending run (else
-    ``index`` holds them in lane order); ``mask``: the lanes that are active, when not all
-    are; ``shape``: the register (load) or lane (store) shape; ``vshape``: a store's value
-    register as the store aligns it, before broadcasting."""
+    element; ``start``/``count``: the first active element and how many there are.  They
+    are one ascending run (``box`` and ``index`` None), an n-d box walked in lane order
+    (``box``: shape and element strides; a store's box never repeats an element), or
+    ``index``: the elements in lane order.  ``mask``: the lanes that are active, when not
+    all are; ``shape``: the register (load) or lane (store) shape; ``vshape``: a store's
+    value register as the store aligns it, before broadcasting."""
 
     __slots__ = ("ptr", "dtype", "itemsize", "shape", "mask", "lo", "hi", "start", "count", "index",
-                 "vshape")
+                 "box", "vshape")
 
     @classmethod
-    def of(cls, ptr: str, base: int, addrs: np.ndarray, mask, dtype: np.dtype, vshape=None):
+    def of(cls, ptr: str, base: int, addrs: np.ndarray, mask, dtype: np.dtype, vshape=None,
+           store: bool = False):
         active = addrs.ravel() if mask is None else addrs[mask]
         if active.size == 0:
             return None
@@ -200,12 +243,30 @@ class _Lanes:
         lanes.start, lanes.count = int(index[0]), int(index.size)
         run = lanes.count == int(index[-1]) - lanes.start + 1 and (
             lanes.count == 1 or bool((np.diff(index) == 1).all()))
-        lanes.index = None if run else _frozen(index)
+        lanes.index = lanes.box = None
+        if not run:
+            box = _box(index)
+            if box is not None and (not store or _one_to_one(*box)):
+                lanes.box = (box[0], tuple(d * lanes.itemsize for d in box[1]))
+            else:
+                lanes.index = _frozen(index)
         lanes.vshape = vshape
         return lanes
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.mask, self.index) if a is not None)
+
+    def addresses(self, base: int) -> np.ndarray:
+        """The active lanes' byte addresses for pointer ``base``, in lane order: what the
+        plain path would gather from or scatter to."""
+        if self.index is not None:
+            index = self.index
+        elif self.box is not None:
+            shape, strides = self.box
+            index = _box_index(self.start, shape, tuple(d // self.itemsize for d in strides))
+        else:
+            index = np.arange(self.start, self.start + self.count, dtype=np.int64)
+        return base + index * self.itemsize
 
 
 #: tape marks: a binary / unary whose operands need no alignment and no compute-dtype widening
@@ -273,14 +334,18 @@ class _Recorder:
             return False
         statics = {r: regs[r] for r in reads if r in static}
         self.tape.append([ins, statics, _plain(ins, t, regs)])
-        held = 256                          # the entry itself: list, dict, later a closure
+        if t not in _MEMORY:                # a load or store is accounted once its layout is known
+            self._hold_statics(statics)
+        return False
+
+    def _hold_statics(self, statics: dict, extra: int = 0) -> None:
+        held = 256 + extra                  # the entry itself: list, dict, later a closure
         for arr in statics.values():
             root = _root(arr)
             if id(root) not in self._held:
                 self._held.add(id(root))
                 held += root.nbytes
         self._hold(held)
-        return False
 
     def after(self, ins, static: bool, lanes) -> None:
         dst = getattr(ins, "dst", None)
@@ -289,9 +354,16 @@ class _Recorder:
                 self.static.add(dst)
             else:
                 self.static.discard(dst)
-        if lanes is not None:
-            self.tape[-1][2] = lanes
-            self._hold(lanes.nbytes())
+        if type(ins) in _MEMORY:
+            entry = self.tape[-1]
+            statics = entry[1]
+            if lanes is not None:
+                # the replayed access goes by its layout: its address registers need not be kept
+                entry[2] = lanes
+                for r in (ins.offsets, ins.mask):
+                    if r != getattr(ins, "value", None):
+                        statics.pop(r, None)
+            self._hold_statics(statics, 0 if lanes is None else lanes.nbytes())
 
 
 class _Run:
@@ -483,10 +555,10 @@ class _Run:
         if mask is not None:
             mask = np.broadcast_to(mask, shape)
             if self._recording() and type(ins) is isa.Store:
-                self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, mask, dtype, vshape)
+                self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, mask, dtype, vshape, store=True)
             addrs, value = addrs[mask], value[mask]
         elif self._recording() and type(ins) is isa.Store:
-            self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, None, dtype, vshape)
+            self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, None, dtype, vshape, store=True)
         return addrs.ravel(), np.ascontiguousarray(value).ravel(), dtype
 
     def store(self, ins, n: int) -> None:
@@ -635,21 +707,22 @@ def _operation(ins, how, n: int):
     # a load or store with a static layout: index the one mapping that holds it, directly
     ptr, isz, lo, end = how.ptr, how.itemsize, how.lo, how.hi + how.itemsize
     dtype, start, count, index, mask, shape = how.dtype, how.start, how.count, how.index, how.mask, how.shape
+    box = how.box
     if type(ins) is isa.Load:
         dst, other = ins.dst, ins.other
 
         def load(regs, args, space, replay):
             base = int(args[ptr])
             m = None if base % isz else space.holding(base + lo, base + end)
-            if m is None:
-                replay.general(ins, n)      # misaligned, spanning mappings or faulting
-                return
-            elements = space.elements(m, dtype)
-            off = (base - m.va) // isz
-            if index is None:
-                got = elements[off + start: off + start + count].copy()
+            if m is None:                   # misaligned, spanning mappings or faulting
+                got = space.gather(how.addresses(base), dtype)
+            elif index is not None:
+                got = space.elements(m, dtype)[index + (base - m.va) // isz]
             else:
-                got = elements[index + off]
+                first = base - m.va + start * isz
+                view = (space.box(m, dtype, (first, (count,), (isz,))) if box is None
+                        else space.box(m, dtype, (first,) + box))
+                got = view.copy().reshape(-1)
             if mask is None:
                 regs[dst] = got.reshape(shape)
             else:
@@ -660,11 +733,6 @@ def _operation(ins, how, n: int):
     src, vshape = ins.value, how.vshape
 
     def store(regs, args, space, replay):
-        base = int(args[ptr])
-        m = None if base % isz else space.holding(base + lo, base + end)
-        if m is None:
-            replay.general(ins, n)
-            return
         value = regs[src]
         if value.shape != vshape:
             value = value.reshape(vshape)
@@ -672,10 +740,18 @@ def _operation(ins, how, n: int):
         if value.shape != shape:
             value = np.broadcast_to(value, shape)
         values = value[mask] if mask is not None else np.ascontiguousarray(value).ravel()
-        off = (base - m.va) // isz
-        where = slice(off + start, off + start + count) if index is None else index + off
-        # registers are never written in place, so the deferred write may keep ``values``
-        space.store_elements(m, dtype, where, values, owned=True)
+        base = int(args[ptr])
+        m = None if base % isz else space.holding(base + lo, base + end)
+        # registers are never written in place, so a deferred write may keep ``values``
+        if m is None:
+            space.scatter(how.addresses(base), values)
+        elif index is not None:
+            space.store_elements(m, dtype, index + (base - m.va) // isz, values, owned=True)
+        elif box is None:
+            off = (base - m.va) // isz + start
+            space.store_elements(m, dtype, slice(off, off + count), values, owned=True)
+        else:
+            space.store_box(m, dtype, (base - m.va + start * isz,) + box, values.reshape(box[0]))
     return store
 
 

@@ -76,6 +76,10 @@ def _store_elements(mapping: "Mapping", dtype: np.dtype, index: np.ndarray, valu
     AddressSpace.elements(mapping, dtype)[index] = values
 
 
+def _store_box(mapping: "Mapping", dtype: np.dtype, box: tuple, values: np.ndarray) -> None:
+    AddressSpace.box(mapping, dtype, box)[...] = values
+
+
 class MemoryKind(enum.Enum):
     DEVICE = "device"
     HOST_PINNED = "host_pinned"
@@ -379,6 +383,24 @@ class AddressSpace:
                                                        values if owned else np.array(values, copy=True))))
         else:
             _store_elements(mapping, dtype, index, values)
+
+    @staticmethod
+    def box(mapping: Mapping, dtype: np.dtype, box: tuple) -> np.ndarray:
+        """A view of ``mapping``'s committed bytes as an n-d box of elements: ``box`` is
+        (byte offset of the first element, shape, byte strides, any sign).  numpy checks
+        that the whole box lies inside the mapping's buffer."""
+        offset, shape, strides = box
+        return np.ndarray(shape, dtype, buffer=mapping.buffer, offset=offset, strides=strides)
+
+    @staticmethod
+    def store_box(mapping: Mapping, dtype: np.dtype, box: tuple, values: np.ndarray) -> None:
+        """Write ``values`` (shaped like the box) into the box :meth:`box` describes (its
+        elements must be distinct), deferred like :meth:`store_elements`; the caller never
+        changes ``values`` again."""
+        if _capture is not None:
+            _capture.effects.append((_store_box, (mapping, dtype, box, values)))
+        else:
+            _store_box(mapping, dtype, box, values)
 
     def gather(self, addresses: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """Read one element of ``dtype`` at each byte address (a flat int64 array)."""

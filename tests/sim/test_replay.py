@@ -208,14 +208,14 @@ def test_a_replayed_launch_faults_exactly_like_a_plain_one(damage, monkeypatch):
 
 
 def test_recordings_stay_within_their_byte_budget(monkeypatch):
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 120_000)       # room for some of 12 recordings
+    monkeypatch.setattr(ex, "REPLAY_BYTES", 40_000)        # room for some of 12 recordings
     progs = [ragged_program() for _ in range(12)]
     _, grid, make, _ = ragged_case(1000)
     bufs = Buffers()
     for prog in progs:
         for t in range(2):
             ex.execute(prog, grid, make(bufs, t), bufs.space)
-    assert 0 < ex._recorded_bytes <= 120_000
+    assert 0 < ex._recorded_bytes <= 40_000
     held = [ex.recordings(p) for p in progs]
     assert 0 < sum(held) < len(progs) and held[-1] == 1      # the least recently used went first
     # an evicted program still runs correctly

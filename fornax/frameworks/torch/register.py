@@ -49,12 +49,44 @@ def register() -> None:
         impl.impl(name, _redispatch_cpu(op), "PrivateUse1")
     for name, fn in {**_KERNELS, **fused.KERNELS}.items():
         impl.impl(name, _accounted(name, fn), "PrivateUse1")
+    _register_lowered(impl)
     fallback = torch.library.Library("_", "IMPL")
     LIBRARIES.append(fallback)
     fallback.fallback(eager.dispatch, "PrivateUse1")
     _autocast.register(LIBRARIES)
     _patch_storage()
     setattr(torch, _FLAG, True)
+
+
+def _register_lowered(impl) -> None:
+    """Give every lowered op its own PrivateUse1 kernel (the router, as the fallback would
+    run it): a functional op then reaches the device directly instead of through PyTorch's
+    ``empty`` + ``out=`` wrapper.  Ops with a CompositeImplicitAutograd kernel are left to it
+    (a backend kernel would shadow their autograd), as are those already registered here."""
+    from .lowering import LOWERED_OPS
+    # copies may cross devices: PyTorch's own copy_ sends them to _copy_from
+    taken = set(METADATA_OPS) | set(_KERNELS) | set(fused.KERNELS) | {"copy_", "copy"}
+    for key in sorted(LOWERED_OPS):
+        name = key.removeprefix("aten::").removesuffix(".default")
+        if name in taken or name.startswith("_foreach"):
+            continue
+        try:
+            op = _overload(name)
+            implicit = torch._C._dispatch_has_kernel_for_dispatch_key(op.name(),
+                                                                       "CompositeImplicitAutograd")
+        except (AttributeError, RuntimeError):   # a Python-only overload the dispatcher lacks
+            continue
+        if implicit:
+            continue
+        if eager.op_info(op).kind == "view":
+            continue
+        impl.impl(name, _routed(op), "PrivateUse1")
+
+
+def _routed(op):
+    def kernel(*args, **kwargs):
+        return eager.dispatch(op, *args, **kwargs)
+    return kernel
 
 
 def _overload(name: str):
