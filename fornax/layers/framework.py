@@ -500,6 +500,17 @@ class ResidentPlan:
         for i, bid in enumerate(plan.outputs):
             self._copy_out.append(bid in seen)
             seen.add(bid)
+        # one kernel over inputs, constants and outputs only (most eager ops): launch it
+        # directly, no buffer bookkeeping
+        self._single = None
+        if len(plan.steps) == 1 and isinstance(plan.steps[0], KernelStep) and not any(self._copy_out):
+            step = plan.steps[0]
+            where = {bid: ("c", bid) for bid in self.constants}
+            where.update({bid: ("i", k) for k, bid in enumerate(plan.inputs)})
+            where.update({bid: ("o", k) for k, bid in enumerate(plan.outputs)})
+            if all(bid in where for bid in step.args.values()):
+                self._single = (step.entry, step.grid,
+                                [(name, *where[bid]) for name, bid in step.args.items()])
 
     def __call__(self, in_ptrs: list[int], out_ptrs: list[int], stream=None,
                  collective: CollectiveHandler | None = None) -> None:
@@ -509,6 +520,12 @@ class ResidentPlan:
                 f"plan {plan.name!r} takes {len(plan.inputs)} input(s) and {len(plan.outputs)} "
                 f"output(s), got {len(in_ptrs)} and {len(out_ptrs)}", seam="framework")
         stream = stream if stream is not None else runtime.default_stream()
+        if self._single is not None:
+            entry, grid, binds = self._single
+            src = {"i": in_ptrs, "o": out_ptrs}
+            args = {name: self.constants[k] if kind == "c" else src[kind][k] for name, kind, k in binds}
+            runtime.launch(self.module, entry, grid, args, stream)
+            return
         ptrs = dict(self.constants)
         ptrs.update(zip(plan.inputs, in_ptrs))
         for bid, ptr, copy in zip(plan.outputs, out_ptrs, self._copy_out):

@@ -243,3 +243,32 @@ def test_autocast_follows_the_family_policy():
     assert sm.dtype == torch.float32                       # softmax autocasts to float32
     ref = (a.cpu().to(mm.dtype) @ a.cpu().to(mm.dtype)).float()
     torch.testing.assert_close(mm.float().cpu(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_stack_comes_from_the_environment(tmp_path):
+    """FORNAX_VENDOR / FORNAX_CONFIG choose the stack when use_stack() was not called."""
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, fornax.frameworks.torch as ft; t = torch.ones(2, device='fornax') * 3; "
+            "print(ft.current().describe(), torch.fornax.face()['device_type'], "
+            "torch.fornax.version.hip is not None, t.sum().item())")
+    env = dict(os.environ, FORNAX_VENDOR="rocm-like")
+    env.pop("FORNAX_CONFIG", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["rocm-like", "on", "h200-like", "cuda", "True", "6.0"]
+    cfg = tmp_path / "stack.toml"
+    cfg.write_text('[stack]\nvendor = "xpu-like"\nspec = "tiny"\n\n[stack.seams]\nruntime = "cuda-like"\n')
+    env = dict(os.environ, FORNAX_CONFIG=str(cfg))
+    env.pop("FORNAX_VENDOR", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "runtime=cuda-like" in out.stdout and "on tiny xpu" in out.stdout
+    bad = dict(os.environ, FORNAX_VENDOR="no-such-vendor")
+    bad.pop("FORNAX_CONFIG", None)
+    out = subprocess.run([sys.executable, "-c", code], env=bad, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "no-such-vendor" in out.stderr

@@ -67,6 +67,7 @@ _OPTIONS = (("dtype", "Optional[int]"), ("layout", "Optional[int]"), ("device", 
 
 
 _INFO: dict = {}
+_UNSET = object()
 
 
 def op_info(op) -> OpInfo:
@@ -134,7 +135,9 @@ def _dispatch(session: Session, op, args, kwargs):
     if info.kind == "view":
         session.stats.record(info.name, "view")
         return _view(op, args, kwargs)
-    rule = session.framework.torch_route(info.name)
+    rule = session.rules.get(op, _UNSET)
+    if rule is _UNSET:
+        rule = session.rules[op] = session.framework.torch_route(info.name)
     if rule is not None:
         if rule.kind == "fallback":
             return _cpu(session, info, op, args, kwargs, rule.reason)

@@ -92,6 +92,7 @@ class Session:
         self.allocations: dict[int, int] = {}   # device address -> bytes
         self.stats = OpStats()
         self.plans: OrderedDict = OrderedDict()  # eager executables, keyed by op signature
+        self.rules: dict = {}                   # ATen op -> the family's torch_route answer
         self.alive = True
 
     # -- addresses ----------------------------------------------------------------------------
