@@ -8,7 +8,6 @@ run is shown beside it (a different clock — never compared with wall time).
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
 from rich.console import Console
@@ -20,16 +19,8 @@ from fornax.stack import compose, make_config
 
 from . import calibration, collectives, compile_times, gemm_sweep, opinfo, shape_only, torch_frontend
 
-REPEATS = 5
-
-
-def _best(fn, repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from . import REPEATS
+from . import best as _best
 
 
 def _torch_mlp(graph, feeds):

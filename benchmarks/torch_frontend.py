@@ -14,6 +14,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from . import best
+
 VENDORS = ("cuda-like", "rocm-like", "xpu-like")
 ADD_TARGET_US = 60.0
 COMPILE_TARGET = 1.25
@@ -73,15 +75,10 @@ def compiled_block(vendors=VENDORS, repeats: int = 5) -> list[tuple[str, float]]
         m.zero_grad(set_to_none=True)
         m(inp).square().mean().backward()
 
-    def best(fn):
+    def warm_best(fn):
         fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-    rows = [("torch CPU eager", best(lambda: step(model, x)))]
+        return best(fn, repeats)
+    rows = [("torch CPU eager", warm_best(lambda: step(model, x)))]
     for vendor in vendors:
         ft.use_stack(vendor)
         torch._dynamo.reset()
@@ -92,7 +89,7 @@ def compiled_block(vendors=VENDORS, repeats: int = 5) -> list[tuple[str, float]]
         def run():
             step(compiled, xd)
             torch.fornax.synchronize()
-        rows.append((vendor, best(run)))
+        rows.append((vendor, warm_best(run)))
     return rows
 
 

@@ -551,23 +551,13 @@ class RuntimeBase:
         return self._allocators[index]
 
     def malloc(self, nbytes: int, stream: Stream | None = None) -> int:
-        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
-            raise self._error(f"allocation size must be a positive integer, got {nbytes!r}", "malloc")
+        self._check_size(nbytes)
         self._maybe_block("malloc")
         self.counts["malloc_calls"] += 1
-        stream_id = stream.id if stream is not None else 0
-        try:
-            return self.allocator().allocate(int(nbytes), stream_id)
-        except AllocatorOOM as exc:
-            raise self._error(f"out of memory: {exc}", "malloc",
-                              hint="free tensors, call empty_cache(), or use a larger spec",
-                              condition="out_of_memory") from exc
+        return self._carve(nbytes, stream)
 
     def free(self, ptr: int) -> None:
-        alloc = next((a for a in self._allocators.values() if a.owns(ptr)), None)
-        if alloc is None:
-            raise self._error(f"{ptr!r} was not returned by {self.calls.get('malloc', 'malloc')} "
-                              "or was already freed", "free")
+        alloc = self._owner(ptr, self.calls.get("malloc", "malloc"))
         self._maybe_block("free")
         alloc.free(ptr)
 
@@ -576,9 +566,19 @@ class RuntimeBase:
         never synchronises the device, whatever the family's ``malloc`` does; a block freed
         with :meth:`deallocate` is reused only by later allocations on the same stream, so
         stream order keeps its old users safe."""
+        self._check_size(nbytes)
+        self.counts["cached_allocations"] += 1
+        return self._carve(nbytes, stream)
+
+    def deallocate(self, ptr: int) -> None:
+        """Return a block of :meth:`allocate` to its stream's pool (no synchronisation)."""
+        self._owner(ptr, "the caching allocator").free(ptr)
+
+    def _check_size(self, nbytes) -> None:
         if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
             raise self._error(f"allocation size must be a positive integer, got {nbytes!r}", "malloc")
-        self.counts["cached_allocations"] += 1
+
+    def _carve(self, nbytes: int, stream: Stream | None) -> int:
         try:
             return self.allocator().allocate(int(nbytes), stream.id if stream is not None else 0)
         except AllocatorOOM as exc:
@@ -586,13 +586,11 @@ class RuntimeBase:
                               hint="free tensors, call empty_cache(), or use a larger spec",
                               condition="out_of_memory") from exc
 
-    def deallocate(self, ptr: int) -> None:
-        """Return a block of :meth:`allocate` to its stream's pool (no synchronisation)."""
+    def _owner(self, ptr: int, source: str) -> CachingAllocator:
         alloc = next((a for a in self._allocators.values() if a.owns(ptr)), None)
         if alloc is None:
-            raise self._error(f"{ptr!r} was not returned by the caching allocator or was already "
-                              "freed", "free")
-        alloc.free(ptr)
+            raise self._error(f"{ptr!r} was not returned by {source} or was already freed", "free")
+        return alloc
 
     def empty_cache(self) -> None:
         """Return every wholly unused cached segment to the driver."""
