@@ -5,6 +5,10 @@ values that are the same in every instance; numpy broadcasting does the rest.
 Tile dimensions are aligned to the right (numpy's rule), with the instance
 axis always first.  Every load and store goes through the context's address
 space, so an access outside a live mapping is a page fault with its address.
+An access whose active elements all lie in one mapping (with an aligned
+pointer) indexes that mapping's elements directly; anything else goes by byte
+address through gather / scatter, which fault, or split the access between
+mappings, exactly.
 
 Large grids run in chunks of instances so that memory stays bounded; there
 is never a Python loop over single instances.
@@ -19,12 +23,20 @@ and the tape keeps just the instructions that read memory or depend on what
 was read, each with the static registers it reads.
 A later launch replays the tape and takes its counters from the recording
 (byte ranges rebased on the pointer arguments).  A replayed load or store
-whose elements all lie in one mapping indexes that mapping directly;
-anything else (a fault, a misaligned base, an access spanning mappings)
-takes the general path, which raises exactly what a first launch would.
-A kernel whose addresses, masks or loop bounds depend on loaded data is never
-recorded, and recordings are bounded in memory (:data:`REPLAY_BYTES`;
-0 switches replay off).
+keeps its layout, not its addresses: one ascending run, an n-d box of
+elements (a transpose, a broadcast row, a tile of a matrix: a strided view,
+no index array), or else the element indices; when its elements all lie in
+one mapping it reads or writes that mapping directly, and anything else (a
+fault, a misaligned base, an access spanning mappings) takes the general
+path from the same addresses, which raises exactly what a first launch would.
+A load or store at offsets read from memory (a gather, a scatter) replays the
+general way and counts the byte range it touches live; everything else it
+counts does not depend on the data.  A kernel whose masks, loop bounds or
+store_reduce targets depend on loaded data is never recorded, and recordings
+are bounded in memory (:data:`REPLAY_BYTES`; 0 switches replay off).
+
+Numerics never depend on these paths: a matrix product is one numpy matmul of
+the same tiles, with the same strides, in the same order either way.
 """
 
 from __future__ import annotations
@@ -68,7 +80,9 @@ class Counters:
     def touch(self, table: dict, name: str, addrs: np.ndarray, itemsize: int) -> None:
         if addrs.size == 0:
             return
-        lo, hi = int(addrs.min()), int(addrs.max()) + itemsize
+        self.touch_range(table, name, int(addrs.min()), int(addrs.max()) + itemsize)
+
+    def touch_range(self, table: dict, name: str, lo: int, hi: int) -> None:
         if name in table:
             lo, hi = min(lo, table[name][0]), max(hi, table[name][1])
         table[name] = (lo, hi)
@@ -110,6 +124,12 @@ def _align(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     elif rb < ra:
         b = b.reshape(b.shape[:1] + (1,) * (ra - rb) + b.shape[1:])
     return a, b
+
+
+def _operand(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``arr.astype(dtype)`` without the copy when ``arr`` already is a C-contiguous array
+    of ``dtype``: the same values and strides (for a matrix product, the same BLAS call)."""
+    return arr if arr.dtype == dtype and arr.flags.c_contiguous else arr.astype(dtype)
 
 
 def _compute_dtype(arr: np.ndarray) -> np.ndarray:
@@ -227,19 +247,23 @@ class _Lanes:
                  "box", "vshape")
 
     @classmethod
-    def of(cls, ptr: str, base: int, addrs: np.ndarray, mask, dtype: np.dtype, vshape=None,
+    def of(cls, ptr: str, active: np.ndarray, shape: tuple, mask, dtype: np.dtype, vshape=None,
            store: bool = False):
-        active = addrs.ravel() if mask is None else addrs[mask]
+        """The layout of the ``active`` lanes' element offsets (in lane order) of an access
+        of ``shape`` lanes; None when there are none."""
         if active.size == 0:
             return None
-        rel = active.astype(np.int64) - base
-        if (rel % dtype.itemsize).any():
-            return None
-        index = rel // dtype.itemsize
+        isz = dtype.itemsize
+        index = np.array(active, dtype=np.int64).ravel()
+        lo, hi = int(index.min()), int(index.max())
+        if lo < -(1 << 59) or hi >= 1 << 59:
+            # byte offsets wrap around int64 like the plain path's addresses do
+            index = index * isz // isz
+            lo, hi = int(index.min()), int(index.max())
         lanes = cls()
-        lanes.ptr, lanes.dtype, lanes.itemsize, lanes.shape = ptr, dtype, dtype.itemsize, addrs.shape
+        lanes.ptr, lanes.dtype, lanes.itemsize, lanes.shape = ptr, dtype, isz, shape
         lanes.mask = None if mask is None or mask.all() else _frozen(np.array(mask, dtype=bool))
-        lanes.lo, lanes.hi = int(rel.min()), int(rel.max())
+        lanes.lo, lanes.hi = lo * isz, hi * isz
         lanes.start, lanes.count = int(index[0]), int(index.size)
         run = lanes.count == int(index[-1]) - lanes.start + 1 and (
             lanes.count == 1 or bool((np.diff(index) == 1).all()))
@@ -269,8 +293,9 @@ class _Lanes:
         return base + index * self.itemsize
 
 
-#: tape marks: a binary / unary whose operands need no alignment and no compute-dtype widening
-_PLAIN_BINARY, _PLAIN_UNARY = "plain binary", "plain unary"
+#: tape marks: a binary / unary whose operands need no alignment and no compute-dtype widening;
+#: a load or store whose offsets were loaded (replayed the general way, its range counted live)
+_PLAIN_BINARY, _PLAIN_UNARY, _DYNAMIC = "plain binary", "plain unary", "dynamic"
 
 
 def _plain(ins, t, regs):
@@ -304,6 +329,10 @@ class _Recorder:
         self.static: set[str] = set()
         self.tape: list[list] = []  # [instruction, {static register: value}, lanes or None]
         self.chunks: list[tuple[int, list]] = []
+        self.dynamic = False        # whether some load or store has data-dependent addresses
+        self.dynamic_now = False    # whether the instruction running now is one
+        #: (written?, pointer) -> the byte range the static accesses touch, relative to the pointer
+        self.static_ranges: dict[tuple[bool, str], tuple[int, int]] = {}
 
     def start_chunk(self) -> None:
         self.static, self.tape = set(), []
@@ -329,14 +358,25 @@ class _Recorder:
         static = self.static
         if t in _PURE and all(r in static for r in reads):
             return True
-        if t in _MEMORY and (ins.offsets not in static or (ins.mask is not None and ins.mask not in static)):
-            self.give_up()                  # data-dependent addresses: not replayable
+        if t in _MEMORY and ins.offsets not in static:
+            if t is isa.StoreReduce:        # how many distinct targets it has is counted: data
+                self.give_up()
+                return False
+            self.dynamic = self.dynamic_now = True
+        if t in _MEMORY and ins.mask is not None and ins.mask not in static:
+            self.give_up()                  # a data-dependent mask changes what is counted
             return False
         statics = {r: regs[r] for r in reads if r in static}
-        self.tape.append([ins, statics, _plain(ins, t, regs)])
+        self.tape.append([ins, statics, _DYNAMIC if self.dynamic_now else _plain(ins, t, regs)])
         if t not in _MEMORY:                # a load or store is accounted once its layout is known
             self._hold_statics(statics)
         return False
+
+    def touched(self, write: bool, ptr: str, lo: int, hi: int) -> None:
+        """A static access touched [lo, hi) (relative to its pointer)."""
+        key = (write, ptr)
+        old = self.static_ranges.get(key)
+        self.static_ranges[key] = (lo, hi) if old is None else (min(lo, old[0]), max(hi, old[1]))
 
     def _hold_statics(self, statics: dict, extra: int = 0) -> None:
         held = 256 + extra                  # the entry itself: list, dict, later a closure
@@ -357,6 +397,8 @@ class _Recorder:
         if type(ins) in _MEMORY:
             entry = self.tape[-1]
             statics = entry[1]
+            if self.dynamic_now:            # its layout was data: it is replayed the general way
+                lanes, self.dynamic_now = None, False
             if lanes is not None:
                 # the replayed access goes by its layout: its address registers need not be kept
                 entry[2] = lanes
@@ -467,7 +509,9 @@ class _Run:
             cond, b = _align(cond, b)
             regs[ins.dst] = np.where(cond.astype(bool), a, b)
         elif t is isa.Convert:
-            regs[ins.dst] = regs[ins.src].astype(isa.np_dtype(ins.dtype))
+            # to its own dtype, a C-contiguous register is what the copy would be (registers
+            # are never written in place, so the two may share it)
+            regs[ins.dst] = _operand(regs[ins.src], isa.np_dtype(ins.dtype))
         elif t is isa.Reshape:
             x = regs[ins.src]
             if math.prod(x.shape[1:]) != math.prod(ins.shape):
@@ -504,9 +548,18 @@ class _Run:
             self.fail(ins, "unknown instruction")
 
     def _recording(self) -> bool:
-        return self.rec is not None and self.rec.ok
+        """Whether the access running now is recorded (a static one, while recording)."""
+        return self.rec is not None and self.rec.ok and not self.rec.dynamic_now
 
-    def _addresses(self, ins, n: int):
+    def _touch(self, write: bool, ptr: str, lo: int, hi: int) -> None:
+        c = self.c
+        c.touch_range(c.write_ranges if write else c.read_ranges, ptr, lo, hi)
+        if self._recording():
+            base = int(self.args[ptr])
+            self.rec.touched(write, ptr, lo - base, hi - base)
+
+    def _offsets(self, ins):
+        """A load's or store's offsets and mask (aligned and broadcast together), and dtype."""
         offsets = self.regs[ins.offsets]
         if offsets.dtype.kind not in "iu":
             self.fail(ins, "offsets must be an integer tile")
@@ -515,62 +568,114 @@ class _Run:
             offsets, mask = _align(offsets, mask)
             shape = np.broadcast_shapes(offsets.shape, mask.shape)
             offsets = np.broadcast_to(offsets, shape)
-            mask = np.broadcast_to(mask.astype(bool), shape)
-        dtype = self.ptr_dtype[ins.ptr]
-        base = int(self.args[ins.ptr])
-        return base + offsets.astype(np.int64) * dtype.itemsize, mask, dtype
+            mask = mask.astype(bool, copy=False)
+            # every lane active: the same access as no mask (the mask still shaped the offsets)
+            mask = None if mask.all() else np.broadcast_to(mask, shape)
+        return offsets, mask, self.ptr_dtype[ins.ptr]
+
+    def _direct(self, ptr: str, active: np.ndarray, dtype: np.dtype):
+        """The direct form of an access whose ``active`` element offsets all lie in one
+        mapping, with the pointer aligned: (mapping, element indices into it, first byte,
+        end byte).  None otherwise: then the byte addresses go through gather / scatter,
+        which fault, or split the access between mappings, exactly."""
+        base, isz = int(self.args[ptr]), dtype.itemsize
+        if base % isz or active.size == 0:
+            return None
+        lo = base + int(active.min()) * isz
+        end = base + int(active.max()) * isz + isz
+        m = self.space.holding(lo, end)
+        if m is None:
+            return None
+        index = active.astype(np.int64, copy=False)
+        delta = (base - m.va) // isz
+        return m, (index + delta if delta else index), lo, end
 
     def load(self, ins, n: int) -> np.ndarray:
-        addrs, mask, dtype = self._addresses(ins, n)
+        offsets, mask, dtype = self._offsets(ins)
+        isz = dtype.itemsize
+        active = offsets if mask is None else offsets[mask]
         if self._recording():
-            self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, mask, dtype)
+            self.lanes = _Lanes.of(ins.ptr, active, offsets.shape, mask, dtype)
+        direct = self._direct(ins.ptr, active, dtype)
+        if direct is not None:
+            m, index, lo, end = direct
+            got = self.space.elements(m, dtype)[index]
+            if mask is None:
+                values = got
+            else:
+                values = np.full(offsets.shape, ins.other, dtype=dtype)
+                values[mask] = got
+            if self.counting:
+                self._touch(False, ins.ptr, lo, end)
+                self.c.bytes_read += index.size * isz * (n if offsets.shape[0] == 1 else 1)
+            return values
+        addrs = self._byte_addresses(ins.ptr, offsets, dtype)
         if mask is None:
             values = self.space.gather(addrs.ravel(), dtype).reshape(addrs.shape)
             if self.counting:
                 active = addrs.size
-                self.c.touch(self.c.read_ranges, ins.ptr, addrs, dtype.itemsize)
+                if active:
+                    self._touch(False, ins.ptr, int(addrs.min()), int(addrs.max()) + isz)
         else:
             values = np.full(addrs.shape, ins.other, dtype=dtype)
             values[mask] = self.space.gather(addrs[mask], dtype)
             if self.counting:
-                active = int(mask.sum())
-                self.c.touch(self.c.read_ranges, ins.ptr, addrs[mask], dtype.itemsize)
+                hit = addrs[mask]
+                active = hit.size
+                if active:
+                    self._touch(False, ins.ptr, int(hit.min()), int(hit.max()) + isz)
         if self.counting:
             scale = n if addrs.shape[0] == 1 else 1
-            self.c.bytes_read += active * dtype.itemsize * scale
+            self.c.bytes_read += active * isz * scale
         return values
 
     def _lanes(self, ins, n: int):
-        """Active lanes of a store-like instruction: flat addresses and values, and the dtype."""
-        addrs, mask, dtype = self._addresses(ins, n)
+        """Active lanes of a store-like instruction: flat element offsets and values, and the dtype."""
+        offsets, mask, dtype = self._offsets(ins)
         value = self.regs[ins.value]
-        addrs, value = _align(addrs, value)
+        offsets, value = _align(offsets, value)
         vshape = value.shape
-        shape = np.broadcast_shapes(addrs.shape, value.shape)
+        shape = np.broadcast_shapes(offsets.shape, value.shape)
         if mask is not None:
             mask, _ = _align(mask, value)
             shape = np.broadcast_shapes(shape, mask.shape)
-        addrs = np.broadcast_to(addrs, shape)
+            mask = np.broadcast_to(mask, shape)
+        offsets = np.broadcast_to(offsets, shape)
         value = np.broadcast_to(value.astype(dtype, copy=False), shape)
         if mask is not None:
-            mask = np.broadcast_to(mask, shape)
-            if self._recording() and type(ins) is isa.Store:
-                self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, mask, dtype, vshape, store=True)
-            addrs, value = addrs[mask], value[mask]
-        elif self._recording() and type(ins) is isa.Store:
-            self.lanes = _Lanes.of(ins.ptr, int(self.args[ins.ptr]), addrs, None, dtype, vshape, store=True)
-        return addrs.ravel(), np.ascontiguousarray(value).ravel(), dtype
+            offsets, value, full = offsets[mask], value[mask], offsets.shape
+        else:
+            offsets, full = offsets.ravel(), offsets.shape
+        if self._recording() and type(ins) is isa.Store:
+            self.lanes = _Lanes.of(ins.ptr, offsets, full, mask, dtype, vshape, store=True)
+        return offsets, np.ascontiguousarray(value).ravel(), dtype
+
+    def _byte_addresses(self, ptr: str, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        return int(self.args[ptr]) + offsets.astype(np.int64) * dtype.itemsize
 
     def store(self, ins, n: int) -> None:
-        addrs, values, dtype = self._lanes(ins, n)
+        offsets, values, dtype = self._lanes(ins, n)
+        isz = dtype.itemsize
+        direct = self._direct(ins.ptr, offsets, dtype)
+        if direct is not None:
+            m, index, lo, end = direct
+            # registers are never written in place, so a deferred write may keep ``values``
+            self.space.store_elements(m, dtype, index, values, owned=True)
+            if self.counting:
+                self.c.bytes_written += index.size * isz
+                self._touch(True, ins.ptr, lo, end)
+            return
+        addrs = self._byte_addresses(ins.ptr, offsets, dtype)
         self.space.scatter(addrs, values)
         if self.counting:
-            self.c.bytes_written += addrs.size * dtype.itemsize
-            self.c.touch(self.c.write_ranges, ins.ptr, addrs, dtype.itemsize)
+            self.c.bytes_written += addrs.size * isz
+            if addrs.size:
+                self._touch(True, ins.ptr, int(addrs.min()), int(addrs.max()) + isz)
 
     def store_reduce(self, ins, n: int) -> None:
         """Collect contributions; they are combined once, in order, when the kernel ends."""
-        addrs, values, _ = self._lanes(ins, n)
+        offsets, values, dtype = self._lanes(ins, n)
+        addrs = self._byte_addresses(ins.ptr, offsets, dtype)
         self.pending.setdefault((ins.ptr, ins.fn), []).append((addrs, values))
 
     def flush_reductions(self) -> None:
@@ -591,8 +696,9 @@ class _Run:
                 self.c.bytes_read += uniq.size * dtype.itemsize
                 self.c.bytes_written += uniq.size * dtype.itemsize
                 self.c.add_flops(self.c.vector_flops, _dtype_name(values), values.size)
-                self.c.touch(self.c.read_ranges, ptr, uniq, dtype.itemsize)
-                self.c.touch(self.c.write_ranges, ptr, uniq, dtype.itemsize)
+                lo, hi = int(uniq[0]), int(uniq[-1]) + dtype.itemsize     # np.unique sorts
+                self._touch(False, ptr, lo, hi)
+                self._touch(True, ptr, lo, hi)
         self.pending = {}
 
     def dot(self, ins, n: int) -> None:
@@ -600,10 +706,11 @@ class _Run:
         if a.ndim != 3 or b.ndim != 3 or a.shape[2] != b.shape[1]:
             self.fail(ins, f"needs [M,K] x [K,N] tiles, got {a.shape[1:]} x {b.shape[1:]}")
         acc_dt = isa.np_dtype(ins.acc_dtype)
-        prod = np.matmul(a.astype(acc_dt), b.astype(acc_dt))
+        prod = np.matmul(_operand(a, acc_dt), _operand(b, acc_dt))
         if acc.shape[1:] != prod.shape[1:]:
             self.fail(ins, f"accumulator tile {acc.shape[1:]} does not match product {prod.shape[1:]}")
-        self.regs[ins.dst] = (acc.astype(acc_dt) + prod).astype(acc_dt)
+        y = (acc if acc.dtype == acc_dt else acc.astype(acc_dt)) + prod
+        self.regs[ins.dst] = y if y.dtype == acc_dt else y.astype(acc_dt)
         if self.counting:
             m, k, nn = a.shape[1], a.shape[2], b.shape[2]
             path = "tfloat32" if ins.a in self.tf32 and ins.b in self.tf32 else _dtype_name(a)
@@ -629,14 +736,23 @@ class _Program:
 
 class _Recording:
     """One replayable launch: its tape per chunk and its counters (ranges relative to the
-    pointer arguments)."""
+    pointer arguments).  With data-dependent accesses (``dynamic``), a range is what the
+    static accesses touched (None if none did) joined with what the replay counts live."""
 
-    __slots__ = ("chunks", "counters", "read_rel", "write_rel", "nbytes", "pricing")
+    __slots__ = ("chunks", "counters", "read_rel", "write_rel", "nbytes", "pricing", "dynamic")
 
     def __init__(self, rec: _Recorder, counters: Counters, args: dict):
         self.counters = counters
-        self.read_rel = [(k, lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.read_ranges.items()]
-        self.write_rel = [(k, lo - int(args[k]), hi - int(args[k])) for k, (lo, hi) in counters.write_ranges.items()]
+        self.dynamic = rec.dynamic
+        if rec.dynamic:
+            # which pointers are touched, and in what order, does not depend on the data
+            self.read_rel = [(k, rec.static_ranges.get((False, k))) for k in counters.read_ranges]
+            self.write_rel = [(k, rec.static_ranges.get((True, k))) for k in counters.write_ranges]
+        else:
+            self.read_rel = [(k, lo - int(args[k]), hi - int(args[k]))
+                             for k, (lo, hi) in counters.read_ranges.items()]
+            self.write_rel = [(k, lo - int(args[k]), hi - int(args[k]))
+                              for k, (lo, hi) in counters.write_ranges.items()]
         for _, tape in rec.chunks:
             for _, statics, _how in tape:
                 for arr in statics.values():
@@ -647,14 +763,28 @@ class _Recording:
                        for n, tape in rec.chunks]
         self.pricing: dict = {}         # the device's kernel prices of this work (see Device)
 
-    def counted(self, args: dict) -> Counters:
+    def counted(self, args: dict, live: Counters | None) -> Counters:
+        """The recorded counts for a launch with ``args``; ``live``: the ranges the replay's
+        data-dependent accesses touched."""
         c = self.counters
         out = Counters(c.instances, dict(c.matrix_flops), dict(c.vector_flops), c.bytes_read,
                        c.bytes_written, c.instructions, {}, {})
-        for table, rel in ((out.read_ranges, self.read_rel), (out.write_ranges, self.write_rel)):
-            for k, lo, hi in rel:
-                base = int(args[k])
-                table[k] = (base + lo, base + hi)
+        if self.dynamic:
+            live = live or Counters()
+            for table, rel, seen in ((out.read_ranges, self.read_rel, live.read_ranges),
+                                     (out.write_ranges, self.write_rel, live.write_ranges)):
+                for k, part in rel:
+                    got = seen.get(k)
+                    if part is not None:
+                        base = int(args[k])
+                        part = (base + part[0], base + part[1])
+                        got = part if got is None else (min(got[0], part[0]), max(got[1], part[1]))
+                    table[k] = got
+        else:
+            for table, rel in ((out.read_ranges, self.read_rel), (out.write_ranges, self.write_rel)):
+                for k, lo, hi in rel:
+                    base = int(args[k])
+                    table[k] = (base + lo, base + hi)
         out.pricing = self.pricing      # not a field: the same work, priced once per footprint
         return out
 
@@ -663,20 +793,35 @@ class _Replay:
     """One replayed launch: its registers, and the general executor when an operation needs
     it (an instruction with no fast form, a load or store the fast path cannot take)."""
 
-    __slots__ = ("program", "space", "args", "grid", "ptr_dtype", "regs", "run")
+    __slots__ = ("program", "space", "args", "grid", "ptr_dtype", "regs", "run", "live")
 
     def __init__(self, program, space, args, grid, ptr_dtype):
         self.program, self.space, self.args, self.grid, self.ptr_dtype = program, space, args, grid, ptr_dtype
         self.regs: dict = {}
         self.run: _Run | None = None
+        self.live: Counters | None = None   # what the data-dependent accesses counted
 
-    def general(self, ins, n: int) -> None:
+    def _runner(self) -> _Run:
         run = self.run
         if run is None:
             run = self.run = _Run(self.program, self.space, self.args, None, self.ptr_dtype)
             run.counting = False
         run.regs = self.regs
-        run.step(ins, type(ins), None, n, self.grid)
+        return run
+
+    def general(self, ins, n: int) -> None:
+        self._runner().step(ins, type(ins), None, n, self.grid)
+
+    def dynamic(self, ins, n: int) -> None:
+        """A load or store at loaded offsets: the general way, its ranges counted into ``live``."""
+        if self.live is None:
+            self.live = Counters()
+        run = self._runner()
+        run.c, run.counting = self.live, True
+        try:
+            run.step(ins, type(ins), None, n, self.grid)
+        finally:
+            run.c, run.counting = None, False
 
 
 def _operation(ins, how, n: int):
@@ -700,6 +845,10 @@ def _operation(ins, how, n: int):
                 y = fn(x)
             regs[dst] = y if y.dtype == np.bool_ else y.astype(x.dtype, copy=False)
         return unary
+    if how is _DYNAMIC:
+        def dynamic(regs, args, space, replay):
+            replay.dynamic(ins, n)
+        return dynamic
     if not isinstance(how, _Lanes):
         def general(regs, args, space, replay):
             replay.general(ins, n)
@@ -850,7 +999,7 @@ def _replay(program: isa.Program, recording: _Recording, grid: tuple[int, int, i
             operation(regs, args, space, replay)
     if replay.run is not None and replay.run.pending:
         replay.run.flush_reductions()
-    return recording.counted(args)
+    return recording.counted(args, replay.live)
 
 
 def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,

@@ -163,17 +163,65 @@ def test_a_new_scalar_value_gets_its_own_recording():
     assert ex.recordings(prog) == 2
 
 
-def test_data_dependent_addresses_are_never_recorded():
-    prog = gather_program()
+def gather_launches(monkeypatch, replay: bool, bad_at: int | None = None):
+    """gather_program on fresh data each launch: the indices (and so the range of x read)
+    change every time; ``bad_at``: that launch's last index runs past x (a page fault)."""
+    if not replay:
+        monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+    prog, bufs, seen = gather_program(), Buffers(), []
+    for t in range(5):
+        idx = np.random.default_rng(t).integers(t, 10 + 3 * t, 16).astype(np.int64)
+        if t == bad_at:
+            idx[-1] = 40000
+        x = np.arange(32, dtype=np.float32) * 10
+        args = {"idx": bufs.put(idx), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
+        if t == bad_at:
+            seen.append(_fault(lambda: ex.execute(prog, (1, 1, 1), args, bufs.space)))
+            continue
+        c = ex.execute(prog, (1, 1, 1), args, bufs.space)
+        out = bufs.get(args["out"], 16, np.float32)
+        np.testing.assert_array_equal(out, x[idx])
+        assert c.read_ranges["x"] == (args["x"] + 4 * int(idx.min()), args["x"] + 4 * int(idx.max()) + 4)
+        seen.append((out.tobytes(), [(k, lo - args[k], hi - args[k]) for k, (lo, hi) in c.read_ranges.items()],
+                     [(k, lo - args[k], hi - args[k]) for k, (lo, hi) in c.write_ranges.items()],
+                     c.bytes_read, c.bytes_written, c.instructions, list(c.vector_flops.items())))
+    monkeypatch.setattr(ex, "REPLAY_BYTES", 64 << 20)
+    return seen, ex.recordings(prog)
+
+
+@pytest.mark.parametrize("bad_at", [None, 3])
+def test_data_dependent_addresses_replay_with_their_range_counted_live(bad_at, monkeypatch):
+    """A load at offsets read from memory replays the general way: its values, the range it
+    read and any fault follow each launch's data exactly as in a plain run."""
+    (plain, none), (replayed, held) = (gather_launches(monkeypatch, r, bad_at) for r in (False, True))
+    assert none == 0 and held == 1
+    assert replayed == plain
+    if bad_at is None:
+        assert len({entry[1][1] for entry in plain}) == len(plain)    # a different range every launch
+
+
+def test_data_dependent_masks_and_reduction_targets_are_never_recorded():
+    """What a masked access or a store_reduce counts depends on the data there: not replayable."""
+    masked = isa.verify(Program("masked_by_data", (Param("m", "ptr", "int64"), Param("x", "ptr", "float32"),
+                                                    Param("out", "ptr", "float32")), (
+        Arange("%i", 16), Load("%m", "m", "%i"), Const("%z", 0, "int64"), Binary("%on", "gt", "%m", "%z"),
+        Load("%v", "x", "%i", "%on"), Store("out", "%i", "%v", "%on"))))
+    scatter_add = isa.verify(Program("scatter_add", (Param("m", "ptr", "int64"), Param("x", "ptr", "float32"),
+                                                     Param("out", "ptr", "float32")), (
+        Arange("%i", 16), Load("%m", "m", "%i"), Load("%v", "x", "%i"), isa.StoreReduce("out", "%m", "%v"))))
     bufs = Buffers()
     for t in range(4):
-        idx = np.random.default_rng(t).permutation(16).astype(np.int64)
-        x = np.arange(16, dtype=np.float32) * 10
-        args = {"idx": bufs.put(idx), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
-        c = ex.execute(prog, (1, 1, 1), args, bufs.space)
-        np.testing.assert_array_equal(bufs.get(args["out"], 16, np.float32), x[idx])
-        assert c.read_ranges["x"] == (args["x"], args["x"] + 64)
-    assert ex.recordings(prog) == 0
+        m = np.random.default_rng(t).integers(0, 4, 16).astype(np.int64)
+        x = np.arange(16, dtype=np.float32)
+        a = {"m": bufs.put(m), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
+        c = ex.execute(masked, (1, 1, 1), a, bufs.space)
+        np.testing.assert_array_equal(bufs.get(a["out"], 16, np.float32), np.where(m > 0, x, 0))
+        assert c.bytes_written == 4 * int((m > 0).sum())
+        b = {"m": bufs.put(m), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
+        ex.execute(scatter_add, (1, 1, 1), b, bufs.space)
+        np.testing.assert_array_equal(bufs.get(b["out"], 16, np.float32),
+                                      np.bincount(m, weights=x, minlength=16).astype(np.float32))
+    assert ex.recordings(masked) == 0 and ex.recordings(scatter_add) == 0
 
 
 def _fault(fn):
