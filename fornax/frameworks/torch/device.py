@@ -10,7 +10,6 @@ Only device index 0 is addressable on PyTorch's pure-Python backend route.
 
 from __future__ import annotations
 
-import contextlib
 from types import SimpleNamespace
 
 import torch
@@ -254,7 +253,3 @@ def report() -> dict:
     """Routes per ATen op (native, decomposed, fallback with reasons, views) on this stack."""
     return _current().report()
 
-
-@contextlib.contextmanager
-def _noop():
-    yield

@@ -598,7 +598,6 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str):
         return x
     cargs, ckwargs = tree_map(to_cpu, (args, kwargs))
     res = op(*cargs, **ckwargs)
-    names = [a.name for a in op._schema.arguments]
     for pos, name in info.mutated:
         c = ckwargs[name] if name in ckwargs else (cargs[pos] if pos < len(cargs) else None)
         for cc in (c if isinstance(c, (list, tuple)) else [c]):
@@ -608,7 +607,6 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str):
             if tuple(orig.shape) != tuple(cc.shape):
                 aten.resize_.default(orig, cc.shape)
             T.write(orig, cc)
-    del names
 
     def back(x):
         if isinstance(x, torch.Tensor):
