@@ -5,8 +5,9 @@ from __future__ import annotations
 from fornax.sim import isa
 
 
-def scale_program(name: str = "triple", factor: float = 3.0, n: int = 64) -> isa.Program:
-    """dst[i] = src[i] * factor for i < n (one work-group of 64 lanes)."""
+def scale_program(name: str = "triple", factor: float = 3.0, n: int = 64, **meta) -> isa.Program:
+    """dst[i] = src[i] * factor for i < n (one work-group of 64 lanes); ``meta`` adds program
+    metadata (registers, shared_memory, ...)."""
     return isa.verify(isa.Program(name, (isa.Param("src", "ptr", "float32"),
                                          isa.Param("dst", "ptr", "float32")), (
         isa.Arange("%i", n),
@@ -14,7 +15,7 @@ def scale_program(name: str = "triple", factor: float = 3.0, n: int = 64) -> isa
         isa.Const("%f", factor, "float32"),
         isa.Binary("%w", "mul", "%v", "%f"),
         isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64}))
+    ), {"group_size": 64, **meta}))
 
 
 def expect_graph_error(fn, *fragments: str):

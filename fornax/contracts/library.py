@@ -803,6 +803,17 @@ def _host_wait(fn, what: str):
     return box[0]
 
 
+
+def upload_ranks(comm, arrays) -> list[int]:
+    """One device buffer per rank holding ``arrays[rank]`` (at least 4 bytes), uploaded."""
+    ptrs = []
+    for r, a in enumerate(arrays):
+        p = comm.malloc(r, max(a.nbytes, 4))
+        comm.upload(r, p, a)
+        ptrs.append(p)
+    return ptrs
+
+
 @clause(SEAM, "L14", "collectives over the devices give numpy's results exactly; a rank that "
                      "skips a collective is diagnosed by the watchdog with a code, not a hang")
 def collectives(s: Subject) -> None:
@@ -818,12 +829,7 @@ def collectives(s: Subject) -> None:
         return [rng.integers(-1000, 1000, count).astype(np.float32) for _ in range(n)]
 
     def put(arrays):
-        ptrs = []
-        for r, a in enumerate(arrays):
-            p = comm.malloc(r, max(a.nbytes, 4))
-            comm.upload(r, p, a)
-            ptrs.append(p)
-        return ptrs
+        return upload_ranks(comm, arrays)
 
     def empty(count):
         return [comm.malloc(r, count * 4) for r in range(n)]

@@ -23,6 +23,7 @@ from fornax.stack import get_vendor
 from fornax.vendors.cuda_like.compiler import fatbin_image, ptx_image
 from fornax.vendors.rocm_like.compiler import ENCODERS as HSACO_ENCODERS
 from fornax.vendors.xpu_like.compiler import spirv_image
+from helpers import scale_program
 
 N = 64
 OLD = np.full(N, -7.0, np.float32)
@@ -37,14 +38,7 @@ def assert_code(err: FornaxError, vendor: str, name: str, value: int) -> None:
 
 def program(name: str = "scale3", factor: float = 3.0, **meta) -> isa.Program:
     """dst[i] = src[i] * factor for i < 64."""
-    return isa.verify(isa.Program(name, (isa.Param("src", "ptr", "float32"),
-                                         isa.Param("dst", "ptr", "float32")), (
-        isa.Arange("%i", N),
-        isa.Load("%v", "src", "%i"),
-        isa.Const("%f", factor, "float32"),
-        isa.Binary("%w", "mul", "%v", "%f"),
-        isa.Store("dst", "%i", "%w"),
-    ), {"group_size": 64, **meta}))
+    return scale_program(name, factor, N, **meta)
 
 
 def broken_program(name: str = "broken") -> isa.Program:

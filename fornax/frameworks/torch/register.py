@@ -201,10 +201,7 @@ def _resize_(self, size, memory_format=None):
     storage = self.untyped_storage()
     if need > storage.nbytes():
         new = T.new_storage(need)
-        if storage.nbytes():
-            session = eager.current()
-            session.runtime.memcpy_d2d(session.address(new.data_ptr()), session.address(storage.data_ptr()),
-                                       storage.nbytes(), eager.current_runtime_stream(session))
+        _copy_storage(new, storage)
         storage = new
     aten.set_.source_Storage_storage_offset.redispatch(T._CPU_KEYS, self, storage,
                                                        self.storage_offset(), list(size), list(stride))
@@ -259,12 +256,18 @@ _KERNELS = {
 # -- storages: the places PyTorch would call a C++ allocator --------------------------------------
 def _clone_storage(storage) -> torch.UntypedStorage:
     """A fornax copy of a fornax storage, through the runtime seam (device to device)."""
-    session = eager.current()
-    new = T.new_storage(storage.nbytes(), session)
-    if storage.nbytes():
-        session.runtime.memcpy_d2d(session.address(new.data_ptr()), session.address(storage.data_ptr()),
-                                   storage.nbytes(), eager.current_runtime_stream(session))
+    new = T.new_storage(storage.nbytes())
+    _copy_storage(new, storage)
     return new
+
+
+def _copy_storage(dst, src) -> None:
+    """``src``'s bytes into the start of ``dst`` (both fornax storages), device to device on
+    the current stream."""
+    if src.nbytes():
+        session = eager.current()
+        session.runtime.memcpy_d2d(session.address(dst.data_ptr()), session.address(src.data_ptr()),
+                                   src.nbytes(), eager.current_runtime_stream(session))
 
 
 def _storage_to_fornax(storage) -> torch.UntypedStorage:
