@@ -15,6 +15,9 @@ Schema ``fornax.report/1`` — top-level keys:
 ``races``      data races the happens-before detector found (both commands named)
 ``torch``      only for a torch front-end workload (``--framework torch``): ATen calls by
                route, the ops, CPU fallbacks with counts and reasons, losses per step
+``jax``        only for a JAX front-end workload (``--framework jax``): jaxpr equations by
+               primitive and route (native, fallback with reasons, control), host-driven
+               control flow and transfer counts, losses per step
 
 Simulated device time and host wall time are different clocks and are never
 added together.
@@ -58,7 +61,7 @@ def manifest(stack, workload: str, framework: str = "graph") -> dict:
         "devices": cfg.devices,
         "seed": cfg.seed,
         "workload": workload,
-        "framework": framework,          # graph (built in the graph IR) or torch (torch.nn)
+        "framework": framework,          # graph (built in the graph IR), torch (torch.nn) or jax
         # shape-only mode: no data ran, so numerics is empty and costs come from kernel estimates
         "meta": bool(getattr(cfg, "meta", False)),
     }
@@ -127,6 +130,35 @@ def torch_section(routes: dict, *, mode: str = "eager", stack: str = "", losses=
     return {"mode": mode, "stack": stack, "routes": totals, "ops": ops,
             "fallbacks": [{"op": r["op"], "count": r["count"], "reason": r["reason"]}
                           for r in ops if r["route"] == "fallback"],
+            "losses": [float(v) for v in losses],
+            "reference_losses": [float(v) for v in reference_losses],
+            "reference_wall_s": reference_wall_s}
+
+
+JAX_ROUTES = ("native", "fallback", "control")
+#: the JAX client's counters a run reports (0 when unused): programs executed, compiled segments
+#: launched, equations run on the host, cond branches and loop iterations driven from the host,
+#: and the bytes copied host to device and back
+JAX_COUNTS = ("executions", "segments_run", "host_fallback_runs", "host_branches",
+              "host_loop_iterations", "h2d_bytes", "d2h_bytes")
+
+
+def jax_section(routes: dict, *, stack: str = "", platform: str = "", plugin: str = "",
+                platform_version: str = "", losses=(), reference_losses=(),
+                reference_wall_s: float = 0.0) -> dict:
+    """``report["jax"]``: what the JAX front end did in one run.  ``routes`` is that run's share
+    of a client's ``report()`` (``primitives`` rows ``{primitive, route, count, reason}`` and
+    ``counts``); equations per route always name native, fallback and control (0 when unused)."""
+    rows = [dict(r) for r in routes.get("primitives", [])]
+    totals = {r: 0 for r in JAX_ROUTES}
+    for r in rows:
+        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
+    counts = routes.get("counts", {})
+    return {"stack": stack, "platform": platform, "plugin": plugin, "platform_version": platform_version,
+            "routes": totals, "primitives": rows,
+            "fallbacks": [{"primitive": r["primitive"], "count": r["count"], "reason": r["reason"]}
+                          for r in rows if r["route"] == "fallback"],
+            "counts": {k: int(counts.get(k, 0)) for k in JAX_COUNTS},
             "losses": [float(v) for v in losses],
             "reference_losses": [float(v) for v in reference_losses],
             "reference_wall_s": reference_wall_s}
@@ -257,6 +289,8 @@ def render(report: dict, console: Console | None = None) -> None:
     console.print(ct)
     if report.get("torch"):
         _render_torch(report["torch"], console)
+    if report.get("jax"):
+        _render_jax(report["jax"], console)
 
     if report["fallbacks"]:
         ft = Table(title="CPU fallbacks")
@@ -289,23 +323,60 @@ def _cache_levels(c: dict | None) -> str:
     return f" (memory {c['memory_hits']}, disk {c['disk_hits']}, misses {c['misses']}{corrupt})"
 
 
+def _render_routes(console: Console, title: str, routes: dict, rows: list[dict], key: str,
+                   unit: str, names: str, fallback_title: str) -> None:
+    """A front end's route table (``unit`` per route, distinct ``names``, the most common) and
+    its fallbacks with counts and reasons; ``rows`` are ``{key, route, count, reason}``."""
+    rt = Table(title=title)
+    for col in ("route", unit, names, "most common"):
+        rt.add_column(col, justify="right" if col in (unit, names) else "left")
+    for route, n in routes.items():
+        mine = [r for r in rows if r["route"] == route]
+        top = ", ".join(f"{r[key].removeprefix('aten::')} x{r['count']}" for r in mine[:4])
+        rt.add_row(route, str(n), str(len(mine)), top + (", ..." if len(mine) > 4 else ""))
+    console.print(rt)
+    fallbacks = [r for r in rows if r["route"] == "fallback"]
+    if fallbacks:
+        ft = Table(title=fallback_title)
+        for col in (key, unit, "reason"):
+            ft.add_column(col, justify="right" if col == unit else "left")
+        for f in fallbacks:
+            ft.add_row(f[key], str(f["count"]), f["reason"])
+        console.print(ft)
+
+
 def _render_torch(sec: dict, console: Console) -> None:
     """The torch front end's section: ATen calls by route, CPU fallbacks, losses per step."""
-    rt = Table(title=f"torch front end ({sec['mode']}, {sec['stack']}): ATen calls by route")
-    for col in ("route", "calls", "ops", "most called"):
-        rt.add_column(col, justify="right" if col in ("calls", "ops") else "left")
-    for route, calls in sec["routes"].items():
-        ops = [r for r in sec["ops"] if r["route"] == route]
-        top = ", ".join(f"{r['op'].removeprefix('aten::')} x{r['count']}" for r in ops[:4])
-        rt.add_row(route, str(calls), str(len(ops)), top + (", ..." if len(ops) > 4 else ""))
-    console.print(rt)
-    if sec["fallbacks"]:
-        ft = Table(title="torch front end: CPU fallbacks")
-        for col in ("op", "calls", "reason"):
-            ft.add_column(col, justify="right" if col == "calls" else "left")
-        for f in sec["fallbacks"]:
-            ft.add_row(f["op"], str(f["count"]), f["reason"])
-        console.print(ft)
+    _render_routes(console, f"torch front end ({sec['mode']}, {sec['stack']}): ATen calls by route",
+                   sec["routes"], sec["ops"], "op", "calls", "ops", "torch front end: CPU fallbacks")
+    _render_losses(sec, console)
+
+
+def _render_jax(sec: dict, console: Console) -> None:
+    """The JAX front end's section: jaxpr equations by route, host fallbacks with reasons,
+    control flow driven from the host and transfers, losses per step."""
+    _render_routes(console, f"jax front end ({sec['platform']}, {sec['stack']}): jaxpr equations by route",
+                   sec["routes"], sec["primitives"], "primitive", "equations", "primitives",
+                   "jax front end: host fallbacks (jax's CPU implementation)")
+    c = sec["counts"]
+    ct = Table(title="jax front end: executions, host-driven control flow, transfers", show_header=False)
+    ct.add_column("what")
+    ct.add_column("count", justify="right")
+    for what, value in (("PJRT platform / plugin", f"{sec['platform']} / {sec['plugin']}"),
+                        ("platform version", sec["platform_version"]),
+                        ("program executions", str(c["executions"])),
+                        ("compiled segments launched", str(c["segments_run"])),
+                        ("equations run on the host", str(c["host_fallback_runs"])),
+                        ("cond branches (host-driven)", str(c["host_branches"])),
+                        ("loop iterations (host-driven)", str(c["host_loop_iterations"])),
+                        ("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")):
+        ct.add_row(what, value)
+    console.print(ct)
+    _render_losses(sec, console)
+
+
+def _render_losses(sec: dict, console: Console) -> None:
+    """Loss per training step next to the float64 reference's (a front end's section)."""
     if sec["losses"]:
         lt = Table(title="training loss per step (fornax device vs float64 CPU)")
         for col in ("step", "loss", "CPU float64", "rel diff"):

@@ -221,9 +221,18 @@ class Stack:
     target: Target
     negotiation: dict = field(default_factory=dict)
     topology: Topology | None = None     # the fabric joining the devices
+    #: per-stack state of the front ends (the JAX client that serves this stack, ...)
+    frontends: dict = field(default_factory=dict, repr=False, compare=False)
 
     def seam(self, name: str):
         return getattr(self, name)
+
+    def describe(self) -> str:
+        """The stack in words: its family (or ``seam=family`` pairs when seams differ) on its chip."""
+        seams = self.config.seams
+        names = sorted(set(seams.values()))
+        who = names[0] if len(names) == 1 else ", ".join(f"{k}={v}" for k, v in seams.items())
+        return f"{who} on {self.spec.name}"
 
     def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
         return self.framework.run(graph, feeds)

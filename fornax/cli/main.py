@@ -64,8 +64,9 @@ def main() -> None:
 @click.option("--workload", default=None, metavar="NAME",
               help=f"Workload to run (default {DEFAULT_WORKLOAD}; see `fornax workloads`).")
 @click.option("--framework", default="graph", metavar="NAME",
-              help="Where the workload comes from: graph (built in fornax's graph IR, default) or "
-                   "torch (a torch.nn program on torch.device('fornax')).")
+              help="Where the workload comes from: graph (built in fornax's graph IR, default), "
+                   "torch (a torch.nn program on torch.device('fornax')) or jax (a JAX function "
+                   "compiled by fornax.frameworks.jax.jit).")
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
 @click.option("--devices", type=int, default=None, metavar="N",
@@ -106,19 +107,32 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
         if cfg.meta:
             raise ConfigError("--framework torch computes real values on the fornax device; a "
                               "shape-only (--meta) stack cannot back it")
+    elif framework == "jax":
+        from ..scenarios import jax_workloads
+        wl = jax_workloads.get_workload(workload or jax_workloads.DEFAULT_WORKLOAD)
+        if cfg.meta:
+            raise ConfigError("--framework jax computes real values on the fornax device; a "
+                              "shape-only (--meta) stack cannot back it")
     else:
         try:
             wl = get_workload(workload or DEFAULT_WORKLOAD)
         except ConfigError as exc:
+            from ..scenarios.jax_workloads import WORKLOADS as JAX_WORKLOADS
             from ..scenarios.torch_workloads import WORKLOADS as TORCH_WORKLOADS
-            if workload in TORCH_WORKLOADS:
-                raise ConfigError(exc.message,
-                                  hint=f"{workload} is a torch workload: add --framework torch") from None
+            kinds = [k for k, table in (("torch", TORCH_WORKLOADS), ("jax", JAX_WORKLOADS))
+                     if workload in table]
+            if kinds:
+                raise ConfigError(exc.message, hint=f"{workload} is a {' and '.join(kinds)} workload: "
+                                  f"add {' or '.join(f'--framework {k}' for k in kinds)}") from None
             raise
     if framework == "graph" and wl.meta_only and not cfg.meta:
         raise ConfigError(f"workload {wl.name} needs shape-only mode: add --meta (its weights and "
                           "activations are too large to hold as data)")
     stack = compose(cfg)
+    jclient = None
+    if framework == "jax":                  # the run's own PJRT-shaped client over the stack
+        from ..frameworks.jax import Client
+        jclient = Client(stack, "fornax compose")
     if inject:
         try:
             plan = FaultPlan.parse(inject, seed=cfg.seed)
@@ -132,6 +146,9 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
     try:
         if framework == "torch":            # a torch.nn program through the torch front end
             trun = torch_workloads.run(wl.name, stack, seed=cfg.seed)
+            nums = trun.numerics
+        elif framework == "jax":            # a JAX function through fornax.frameworks.jax.jit
+            trun = jax_workloads.run(wl.name, jclient, seed=cfg.seed)
             nums = trun.numerics
         elif wl.runner is not None:         # a scenario that drives the stack itself
             result, scenario = wl.runner(stack, cfg.seed)
@@ -149,6 +166,8 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
         rep["scenario"] = scenario
     if framework == "torch":
         rep["torch"] = _torch_section(trun)
+    if framework == "jax":
+        rep["jax"] = _jax_section(trun, jclient)
     if trace_path:
         try:
             with open(trace_path, "w", encoding="utf-8") as fh:
@@ -172,7 +191,7 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
 
 
 compose_cmd.name = "compose"
-FRAMEWORKS = ("graph", "torch")
+FRAMEWORKS = ("graph", "torch", "jax")
 
 
 def _torch_section(trun) -> dict:
@@ -187,6 +206,22 @@ def _torch_section(trun) -> dict:
     from ..scenarios.torch_workloads import route_delta
     session = ft.current()
     return report_mod.torch_section(route_delta({}, session.report()), stack=session.describe())
+
+
+def _jax_section(jrun, client) -> dict:
+    """``report["jax"]`` for a jax workload; after a failed run, what the run's client did
+    until the failure."""
+    from ..scenarios.jax_workloads import route_delta
+    if jrun is not None:
+        return report_mod.jax_section(jrun.routes, stack=jrun.stack, platform=jrun.platform,
+                                      plugin=jrun.plugin, platform_version=jrun.platform_version,
+                                      losses=jrun.losses,
+                                      reference_losses=jrun.reference_losses,
+                                      reference_wall_s=jrun.reference_wall_s)
+    rep = client.report()
+    return report_mod.jax_section(route_delta({}, rep), stack=rep["stack"], platform=rep["platform"],
+                                  plugin=rep["plugin"],
+                                  platform_version=rep["platform_version"])
 
 
 def _render_scenario(sc: dict, console: Console) -> None:
@@ -243,13 +278,14 @@ def specs(name, debug):
 
 @main.command()
 def workloads():
-    """List the workloads `fornax compose --workload` runs (`--framework graph` or `torch`)."""
+    """List the workloads `fornax compose --workload` runs (`--framework graph`, `torch` or `jax`)."""
+    from ..scenarios.jax_workloads import WORKLOADS as JAX_WORKLOADS
     from ..scenarios.torch_workloads import WORKLOADS as TORCH_WORKLOADS
     t = Table(title="workloads")
     t.add_column("framework")
     t.add_column("name")
     t.add_column("description")
-    for kind, table in (("graph", WORKLOADS), ("torch", TORCH_WORKLOADS)):
+    for kind, table in (("graph", WORKLOADS), ("torch", TORCH_WORKLOADS), ("jax", JAX_WORKLOADS)):
         for w in table.values():
             t.add_row(kind, w.name, w.description)
     Console().print(t)

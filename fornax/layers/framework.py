@@ -68,6 +68,7 @@ class Face:
     pjrt_plugin: str
     rng: str = ""                  # the default generator's algorithm (philox4x32-10, ...)
     versions: tuple[tuple[str, str | None], ...] = ()   # every torch.version accelerator field
+    pjrt_platform: str = ""        # the platform JAX names the plugin's devices by (cuda, rocm, xpu)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ class FrameworkBase:
             raise ConfigError(f"vendor.toml [framework]: version_field {f['version_field']!r} is not "
                               "set in [framework.versions]", seam="framework", vendor=self.vendor)
         self.face = Face(f["device_type"], f["module"], f["version_field"], versions[f["version_field"]],
-                         f["dist_backend"], f["pjrt_plugin"], f.get("rng", ""), self.torch_face.versions)
+                         f["dist_backend"], f["pjrt_plugin"], f.get("rng", ""), self.torch_face.versions,
+                         f.get("pjrt_platform", f["pjrt_plugin"]))
         cov = f["coverage"]
         self.native = frozenset(cov["native"])
         self.decomposed = frozenset(cov.get("decomposed", ()))
@@ -327,7 +329,7 @@ class FrameworkBase:
         f = self.face
         return {"vendor": self.vendor, "device_type": f.device_type, "module": f.module,
                 f"version.{f.version_field}": f.version, "dist_backend": f.dist_backend,
-                "pjrt_plugin": f.pjrt_plugin, "versions": dict(f.versions), "rng": f.rng,
+                "pjrt_plugin": f.pjrt_plugin, "pjrt_platform": f.pjrt_platform, "versions": dict(f.versions), "rng": f.rng,
                 "autocast_dtype": self.torch_face.autocast.default_dtype,
                 **self.counts, "fallbacks": list(self.fallbacks)}
 

@@ -152,3 +152,81 @@ def test_console_script_has_no_traceback():
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("fornax: error: unknown vendor 'nonsense'")
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+# ---- --framework jax ------------------------------------------------------------------------------
+def test_compose_jax_json_has_a_jax_section():
+    code, out, err = run("compose", "--framework", "jax", "--workload", "mlp", "--vendor", "rocm-like",
+                         "--spec", "tiny", "--seed", "2", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["manifest"]["framework"] == "jax" and rep["manifest"]["workload"] == "mlp"
+    assert rep["manifest"]["stack"]["driver"] == "rocm-like" and rep["errors"] == []
+    (num,) = rep["numerics"]
+    assert num["output"] == "y" and num["shape"] == [64, 128] and num["ok"]
+    # recomputed independently: the torch twin's module (same seed) in float64 on the CPU
+    from fornax.scenarios.torch_workloads import mlp as torch_mlp
+    prog = torch_mlp(2)
+    ref = prog.model.double()(prog.inputs[0].double()).detach().numpy()
+    assert 0 < num["max_rel_err"] < 1e-4
+    assert num["max_abs_err"] / num["max_rel_err"] == pytest.approx(np.abs(ref).max(), rel=1e-9)
+    sec = rep["jax"]
+    assert sec["stack"] == "rocm-like on tiny" and sec["platform"] == "rocm" == sec["plugin"]
+    assert sec["platform_version"].startswith("hip ")
+    assert set(sec["routes"]) >= {"native", "fallback", "control"}
+    for route, n in sec["routes"].items():
+        assert n == sum(r["count"] for r in sec["primitives"] if r["route"] == route)
+    assert sec["fallbacks"] == [{"primitive": r["primitive"], "count": r["count"], "reason": r["reason"]}
+                                for r in sec["primitives"] if r["route"] == "fallback"]
+    assert all(f["reason"] for f in sec["fallbacks"])
+    assert sec["routes"]["native"] > 0 and rep["costs"]["kernels"] > 0
+    assert sec["counts"]["executions"] == 1 and sec["counts"]["host_loop_iterations"] == 0
+    assert sec["counts"]["d2h_bytes"] >= 64 * 128 * 4 and sec["losses"] == []
+
+
+def test_compose_jax_training_human_output():
+    code, out, err = run("compose", "--framework", "jax", "--workload", "mlp-train", "--vendor", "xpu-like",
+                         "--spec", "tiny")
+    assert code == 0, err
+    for text in ("jax front end (xpu, xpu-like on tiny): jaxpr equations by route", "scan x1",
+                 "loop iterations (host-driven)", "training loss per step",
+                 "numerics vs float64 reference"):
+        assert text in out, text
+    assert "torch front end" not in out
+
+
+def test_compose_jax_failed_run_reports_what_ran():
+    """A fault during the run: exit 1, the error in the report, and the jax section says what the
+    run's client did until then."""
+    code, out, _ = run("compose", "--framework", "jax", "--workload", "mlp", "--vendor", "cuda-like",
+                       "--spec", "tiny", "--inject", "page_fault@1", "--json")
+    assert code == 1
+    rep = json.loads(out)
+    (error,) = rep["errors"]
+    assert error["kind"] == "memory_fault" and error["code"]["name"] == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    assert rep["numerics"] == []
+    sec = rep["jax"]
+    assert sec["counts"]["executions"] == 1 and sec["counts"]["h2d_bytes"] > 0
+    assert sec["counts"]["d2h_bytes"] == 0 and sec["routes"]["native"] > 0
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--framework", "jax", "--workload", "nope"],
+     "unknown jax workload 'nope'; available: mlp, mlp-train, transformer-block"),
+    (["--framework", "jax", "--workload", "conv-net"], "unknown jax workload 'conv-net'"),
+    (["--framework", "jax", "--meta"], "--framework jax computes real values"),
+    (["--framework", "nope"], "unknown framework 'nope'; available: graph, torch, jax"),
+    (["--workload", "mlp-train"], "mlp-train is a torch and jax workload: add --framework torch or "
+                                  "--framework jax"),
+])
+def test_compose_jax_bad_input_is_one_line_exit_2(args, fragment):
+    code, out, err = run("compose", "--vendor", "cuda-like", *args)
+    assert code == 2 and out == ""
+    assert err.startswith("fornax: error: ") and err.count("\n") == 1 and fragment in err
+
+
+def test_workloads_lists_jax():
+    code, out, _ = run("workloads")
+    assert code == 0
+    jax_rows = [line for line in out.splitlines() if line.startswith("│ jax ")]
+    assert [line.split("│")[2].strip() for line in jax_rows] == ["mlp", "mlp-train", "transformer-block"]

@@ -167,7 +167,7 @@ def test_cli_torch_training_human_output():
 @pytest.mark.parametrize("args, fragment", [
     (["--framework", "torch", "--workload", "nope"],
      "unknown torch workload 'nope'; available: mlp, mlp-train, transformer-block, conv-net"),
-    (["--framework", "jax"], "unknown framework 'jax'; available: graph, torch"),
+    (["--framework", "nope"], "unknown framework 'nope'; available: graph, torch, jax"),
     (["--workload", "conv-net"], "conv-net is a torch workload: add --framework torch"),
     (["--framework", "torch", "--meta"], "shape-only (--meta) stack cannot back it"),
 ])

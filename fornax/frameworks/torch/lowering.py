@@ -81,6 +81,11 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from fornax.layers.errors import GraphError, NotSupportedError
 from fornax.layers.graph import DType, Graph, Value
 
+from fornax.frameworks.builders import bitonic_sort, top_k
+from fornax.frameworks.builders import (broadcast as _bcast, expm1 as _expm1, full as _full, halving as _halving,
+                                        log1p as _log1p, permute as _permute, reshape as _reshape, scan as _scan,
+                                        trunc as _trunc)
+
 TORCH_TO_DTYPE: dict[torch.dtype, DType] = {
     torch.float64: DType.FLOAT64, torch.float32: DType.FLOAT32, torch.float16: DType.FLOAT16,
     torch.bfloat16: DType.BFLOAT16, torch.int64: DType.INT64, torch.int32: DType.INT32,
@@ -394,25 +399,6 @@ def _compute(ctx, i: int = 0) -> DType:
     return _opmath(ctx.out(i))
 
 
-def _reshape(ctx, v: Value, shape) -> Value:
-    shape = tuple(int(d) for d in shape)
-    return v if tuple(v.shape) == shape else ctx.op("reshape", v, shape=shape)
-
-
-def _permute(ctx, v: Value, perm) -> Value:
-    perm = tuple(perm)
-    return v if perm == tuple(range(len(v.shape))) else ctx.op("transpose", v, perm=perm)
-
-
-def _bcast(ctx, v: Value, shape) -> Value:
-    shape = tuple(shape)
-    return v if tuple(v.shape) == shape else ctx.op("broadcast_to", v, shape=shape)
-
-
-def _full(ctx, shape, value, dt: DType) -> Value:
-    return _bcast(ctx, ctx.scalar(value, dt), shape)
-
-
 def _zeros_like(ctx, v: Value) -> Value:
     return _full(ctx, v.shape, 0, v.dtype)
 
@@ -513,12 +499,6 @@ def rsub(ctx, self, other, alpha=1):
 @lowering("aten::mul.Tensor", "aten::mul.Scalar")
 def mul(ctx, self, other):
     return _binop(ctx, "mul", self, other)
-
-
-def _trunc(ctx, x: Value) -> Value:
-    if not x.dtype.is_float:
-        return x
-    return ctx.op("where", ctx.op("lt", x, ctx.scalar(0, x.dtype)), ctx.op("ceil", x), ctx.op("floor", x))
 
 
 @lowering("aten::div.Tensor", "aten::div.Scalar", "aten::div.Tensor_mode", "aten::div.Scalar_mode")
@@ -819,28 +799,6 @@ def round_(ctx, self, decimals=0):
     if decimals > 0:
         return ctx.op("div", ctx.op("round", ctx.op("mul", self, p)), p)
     return ctx.op("mul", ctx.op("round", ctx.op("div", self, p)), p)
-
-
-def _expm1(ctx, x):
-    """exp(x) - 1 without cancellation near 0 (Kahan: (u-1)·x/log u, u = exp x)."""
-    dt = x.dtype
-    u = ctx.op("exp", x)
-    one = ctx.scalar(1, dt)
-    um1 = ctx.op("sub", u, one)
-    good = ctx.op("div", ctx.op("mul", um1, x), ctx.op("log", u))
-    r = ctx.op("where", ctx.op("eq", u, one), x, good)
-    r = ctx.op("where", ctx.op("eq", u, ctx.scalar(0, dt)), ctx.scalar(-1, dt), r)
-    return ctx.op("where", ctx.op("eq", u, ctx.scalar(math.inf, dt)), u, r)
-
-
-def _log1p(ctx, x):
-    """log(1 + x) without cancellation near 0 (Kahan: log(u)·x/(u-1), u = 1 + x)."""
-    dt = x.dtype
-    one = ctx.scalar(1, dt)
-    u = ctx.op("add", x, one)
-    good = ctx.op("div", ctx.op("mul", ctx.op("log", u), x), ctx.op("sub", u, one))
-    r = ctx.op("where", ctx.op("eq", u, one), x, good)
-    return ctx.op("where", ctx.op("eq", u, ctx.scalar(math.inf, dt)), u, r)
 
 
 @lowering("aten::expm1.default")
@@ -1288,25 +1246,6 @@ def logsumexp(ctx, self, dim, keepdim=False):
     return r if keepdim else _reshape(ctx, r, ctx.outs[0].shape)
 
 
-def _halving(ctx, x: Value, axis: int, name: str, unit) -> Value:
-    """Reduce one axis by pairwise ``name`` (mul) in log2(n) steps; odd lengths pad with ``unit``."""
-    while x.shape[axis] > 1:
-        n = x.shape[axis]
-        if n % 2:
-            pads = [(0, 0)] * _ndim(x)
-            pads[axis] = (0, 1)
-            x = ctx.op("pad", x, pads=tuple(pads), value=unit)
-        r = _ndim(x)
-        start = [0] * r
-        step = [1] * r
-        step[axis] = 2
-        a = ctx.op("slice", x, start=tuple(start), stop=tuple(x.shape), step=tuple(step))
-        start[axis] = 1
-        b = ctx.op("slice", x, start=tuple(start), stop=tuple(x.shape), step=tuple(step))
-        x = ctx.op(name, a, b)
-    return x
-
-
 @lowering("aten::prod.default", "aten::prod.dim_int")
 def prod(ctx, self, dim=None, keepdim=False, dtype=None):
     dt = _compute(ctx)
@@ -1317,22 +1256,6 @@ def prod(ctx, self, dim=None, keepdim=False, dtype=None):
     for d in dims:
         x = _halving(ctx, x, d, "mul", 1)
     return x if keepdim else _reshape(ctx, x, ctx.outs[0].shape)
-
-
-def _scan(ctx, x: Value, axis: int, name: str, unit) -> Value:
-    """Inclusive prefix scan along ``axis`` (Hillis-Steele: log2(n) shifted combines)."""
-    n = x.shape[axis]
-    k = 1
-    while k < n:
-        start, stop = [0] * _ndim(x), list(x.shape)
-        stop[axis] = n - k
-        pads = [(0, 0)] * _ndim(x)
-        pads[axis] = (k, 0)
-        shifted = ctx.op("pad", ctx.op("slice", x, start=tuple(start), stop=tuple(stop)), pads=tuple(pads),
-                         value=unit)
-        x = ctx.op(name, x, shifted)
-        k *= 2
-    return x
 
 
 @lowering("aten::cumsum.default")
@@ -3067,120 +2990,10 @@ def unsafe_split_with_sizes(ctx, self, split_sizes, dim=0):
 
 
 # ---- selection: topk by repeated arg-extremes (k <= 64), sort by a bitonic network ---------------------------------
-_MAX_SELECT = 64
-
-
-def _select_extremes(ctx, x, k, d, largest):
-    """The k largest (smallest) entries along ``d`` in order, and their indices: k rounds of
-    "the first not-yet-taken position holding the extreme value".  NaN counts as the
-    largest value (as in torch); ties go to the lower index (a stable order)."""
-    if x.dtype is DType.BOOL:
-        x = ctx.cast(x, DType.INT32)
-    dt = x.dtype
-    if dt.is_float:
-        fill = -math.inf if largest else math.inf
-        nan = ctx.op("isnan", x)
-    else:
-        info = np.iinfo(dt.numpy)
-        fill = int(info.min if largest else info.max)
-        nan = None
-    red = "reduce_max" if largest else "reduce_min"
-    pos_ = ctx.op("iota", shape=tuple(x.shape), axis=d, dtype="int64")
-    taken = _full(ctx, x.shape, False, DType.BOOL)
-    i32 = functools.partial(ctx.cast, dtype=DType.INT32)
-    vals, idxs = [], []
-    for _ in range(k):
-        avail = ctx.op("logical_not", taken)
-        ok = avail if nan is None else ctx.op("logical_and", avail, ctx.op("logical_not", nan))
-        m = ctx.op(red, ctx.op("where", ok, x, ctx.scalar(fill, dt)), axis=d, keepdims=True)
-        pick = ctx.op("logical_and", ok, ctx.op("eq", x, m))
-        if nan is not None:
-            nan_av = ctx.op("logical_and", avail, nan)
-            if largest:
-                first = ctx.op("reduce_max", i32(nan_av), axis=d, keepdims=True)
-                pick = ctx.op("where", ctx.op("gt", first, ctx.scalar(0, DType.INT32)), nan_av, pick)
-            else:
-                any_ok = ctx.op("reduce_max", i32(pick), axis=d, keepdims=True)
-                pick = ctx.op("where", ctx.op("gt", any_ok, ctx.scalar(0, DType.INT32)), pick, nan_av)
-        idx = ctx.op("argmax", i32(pick), axis=d, keepdims=True)
-        vals.append(ctx.op("gather", x, idx, axis=d))
-        idxs.append(idx)
-        taken = ctx.op("logical_or", taken, ctx.op("eq", pos_, idx))
-    cat = (lambda vs: vs[0] if len(vs) == 1 else ctx.op("concat", *vs, axis=d))
-    return cat(vals), cat(idxs)
-
-
 def _select(ctx, self, k, dim, largest):
     if _ndim(self) == 0:
         return self, _full(ctx, (), 0, DType.INT64)
-    return _select_extremes(ctx, self, k, _wrap(dim, _ndim(self)), largest)
-
-
-#: the longest axis the bitonic network sorts (2**16 elements: 136 compare-exchange stages)
-MAX_SORT = 1 << 16
-
-
-def _bitonic_sort(ctx, x: Value, d: int, descending: bool) -> tuple[Value, Value]:
-    """Stable sort along ``d`` by a bitonic network: log2(N) (log2(N) + 1) / 2 compare-exchange
-    stages for N the axis length padded to a power of 2, each an ``index_select`` of every
-    element's partner and a select.  Elements compare by (value, rank), the rank being the
-    index shifted by a multiple of N: NaN (torch's largest value) and the padding become
-    extreme values whose rank puts them after every real one of the same value (NaN before
-    them when descending), and equal values keep their index order (a stable sort).  The
-    values come back by a gather at the sorted indices."""
-    if x.dtype is DType.BOOL:
-        x = ctx.cast(x, DType.INT32)
-    dt, r, n = x.dtype, _ndim(x), x.shape[d]
-    if n > MAX_SORT:
-        raise ctx.fail(f"sorting {n} elements along one axis; fornax's bitonic network sorts at most {MAX_SORT}")
-    perm = [a for a in range(r) if a != d] + [d]
-    xt = _permute(ctx, x, perm)
-    rows = math.prod(xt.shape[:-1])
-    big = 1 << max(0, (n - 1).bit_length())
-    v = _reshape(ctx, xt, (rows, n))
-    if dt.is_float:
-        top, bottom = math.inf, -math.inf
-    else:
-        info = np.iinfo(dt.numpy)
-        top, bottom = int(info.max), int(info.min)
-    last = bottom if descending else top            # the value that sorts last
-    pos = np.arange(big, dtype=np.int64)
-    rank = ctx.const(pos.reshape(1, big), "rank")
-    if dt.is_float:                                 # rank classes: NaN first when descending, last ascending
-        nan = ctx.op("isnan", v)
-        v = ctx.op("where", nan, ctx.scalar(top, dt), v)
-        shift = ctx.op("where", nan, ctx.scalar(-big if descending else big, DType.INT64),
-                       ctx.scalar(0, DType.INT64))
-        if big != n:
-            shift = ctx.op("pad", shift, pads=((0, 0), (0, big - n)), value=0)
-        rank = ctx.op("add", rank, shift)
-    if big != n:
-        v = ctx.op("pad", v, pads=((0, 0), (0, big - n)), value=last)
-        rank = ctx.op("add", rank, ctx.const(np.where(pos >= n, 2 * big, 0).reshape(1, big), "padrank"))
-    rank = _bcast(ctx, rank, (rows, big))
-    ahead = "gt" if descending else "lt"
-    k = 2
-    while k <= big:
-        j = k // 2
-        while j >= 1:
-            partner = pos ^ j
-            p = ctx.const(partner, "partner")
-            pv, pr = (ctx.op("index_select", t, p, axis=1) for t in (v, rank))
-            before = ctx.op("logical_or", ctx.op(ahead, v, pv),
-                            ctx.op("logical_and", ctx.op("eq", v, pv), ctx.op("lt", rank, pr)))
-            first = ctx.const(((pos < partner) == ((pos & k) == 0)).reshape(1, big), "first")
-            swap = ctx.op("ne", first, before)      # this slot takes the earlier one of its pair
-            v, rank = ctx.op("where", swap, pv, v), ctx.op("where", swap, pr, rank)
-            j //= 2
-        k *= 2
-    i = ctx.op("remainder", rank, ctx.scalar(big, DType.INT64))   # the rank classes shift by big
-    if big != n:
-        i = ctx.op("slice", i, start=(0, 0), stop=(rows, n))
-    # the values back from the original (NaN-keeping) input at the sorted indices
-    vals = ctx.op("gather", _reshape(ctx, xt, (rows, n)), i, axis=1)
-    inv = [perm.index(a) for a in range(r)]
-    back = (lambda t: _permute(ctx, _reshape(ctx, t, xt.shape), inv))
-    return back(vals), back(i)
+    return top_k(ctx, self, k, _wrap(dim, _ndim(self)), largest)
 
 
 @lowering("aten::topk.default")
@@ -3188,21 +3001,14 @@ def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
     """Values as torch's; among equal values the lower index comes first (torch's CPU topk
     leaves equal values in whatever order its partial sort gives).  Up to 64 elements by
     selection rounds, more by a sort."""
-    if k <= _MAX_SELECT or _ndim(self) == 0:
-        return _select(ctx, self, k, dim, largest)
-    d = _wrap(dim, _ndim(self))
-    vals, idx = _bitonic_sort(ctx, self, d, largest)
-    stop = tuple(k if a == d else s for a, s in enumerate(self.shape))
-    cut = (lambda t: ctx.op("slice", t, start=(0,) * _ndim(self), stop=stop))
-    return cut(vals), cut(idx)
+    return _select(ctx, self, k, dim, largest)
 
 
 @lowering("aten::sort.default", "aten::sort.stable")
 def sort(ctx, self, dim=-1, descending=False, stable=None):
     if _ndim(self) == 0:
         return _select(ctx, self, 1, dim, descending)
-    d = _wrap(dim, _ndim(self))
-    return _bitonic_sort(ctx, self, d, descending)
+    return bitonic_sort(ctx, self, _wrap(dim, _ndim(self)), descending)
 
 
 # ---- foreach (optimizers): one lowering per list element --------------------------------------------------------------

@@ -127,10 +127,7 @@ class Session:
         return ptr & ADDRESS_MASK
 
     def describe(self) -> str:
-        seams = self.stack.config.seams
-        names = sorted(set(seams.values()))
-        who = names[0] if len(names) == 1 else ", ".join(f"{k}={v}" for k, v in seams.items())
-        return f"{who} on {self.stack.spec.name}"
+        return self.stack.describe()
 
     def report(self) -> dict:
         """What the torch front end did on this stack: routes per op and fallbacks with reasons."""

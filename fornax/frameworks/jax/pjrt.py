@@ -1,0 +1,359 @@
+"""A PJRT-shaped device interface over one composed stack: where JAX puts its hardware
+boundary.
+
+JAX never sees kernels: it talks to a *client* that lists *devices*, holds
+*buffers* in device memory, *compiles* a whole program and *executes* it on
+buffers, with *events* saying when results are ready.  This module is that
+interface in Python, over fornax's runtime seam (the shape of the PJRT C API;
+it is not a loadable PJRT plugin)::
+
+    client = Client.for_vendor("rocm-like")
+    x = client.buffer_from_pyval(np.ones((4, 4), np.float32))   # host -> device
+    exe = client.compile(lambda a: jnp.tanh(a @ a), x)           # jaxpr -> compiled program
+    (y,) = exe.execute([x])                                      # buffers in, buffers out
+    y.block_until_ready(); np.asarray(y)                          # device -> host
+
+Transfers are explicit: a buffer's bytes live in simulated device memory from
+:meth:`Client.buffer_from_pyval` until it is deleted (or collected); reading it
+(``np.asarray(buffer)``, :meth:`Buffer.to_numpy`) is a device-to-host copy that
+waits for the stream.  Everything runs in order on the client's stream.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+
+import jax
+import numpy as np
+
+from ...layers.errors import ConfigError, FornaxError, InvalidArgumentError
+from ...stack import Stack, compose, load_config, make_config
+from . import lowering as L
+
+
+class JaxDeviceError(FornaxError):
+    """A buffer, device or executable was used in a way the client cannot honour."""
+
+    kind = "device"
+
+
+class Event:
+    """Completion of the work enqueued before it on the client's stream."""
+
+    def __init__(self, client: "Client", handle):
+        self.client, self.handle = client, handle
+
+    def is_ready(self) -> bool:
+        return self.client.runtime.query_event(self.handle)
+
+    def await_ready(self) -> None:
+        self.client.runtime.event_synchronize(self.handle)
+
+    def elapsed_ms(self, later: "Event") -> float:
+        """Simulated device milliseconds from this event to ``later``."""
+        return self.client.runtime.elapsed_time(self.handle, later.handle)
+
+
+class Device:
+    """One simulated device of the client, named in the family's vocabulary."""
+
+    def __init__(self, client: "Client", index: int):
+        self.client, self.id = client, index
+        self.device_kind = client.stack.driver.properties(index).name
+        self.process_index = 0
+        self.platform = client.platform
+
+    def memory_stats(self) -> dict:
+        return self.client.runtime.memory_stats(self.id)
+
+    def __repr__(self) -> str:
+        return f"{self.client.device_class}(id={self.id})"
+
+
+class Buffer:
+    """An array in simulated device memory: its aval (shape, dtype), its device bytes and the
+    event that says when they are written.  A PRNG key array is held as its raw data; a
+    narrow or unsigned integer in the wider graph integer that carries it."""
+
+    def __init__(self, client: "Client", aval, address: int | None, ready: Event | None,
+                 owner: "Buffer | None" = None):
+        self.client, self.aval = client, aval
+        self._address = address
+        self.ready = ready
+        self.device_shape = L.device_shape(aval)
+        self.device_dtype = L.device_dtype(aval.dtype)
+        self.nbytes = int(np.prod(self.device_shape, dtype=np.int64)) * self.device_dtype.itemsize
+        self._owner = owner                  # a view keeps its parent's bytes alive
+        self._finalizer = None
+        if address is not None and owner is None:
+            self._finalizer = weakref.finalize(self, client._release, address)
+            client._live[address] = self.nbytes
+
+    # -- jax.Array-like ---------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.aval.shape)
+
+    @property
+    def dtype(self):
+        return self.aval.dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def device(self) -> Device:
+        return self.client.devices()[0]
+
+    def on_device_size_in_bytes(self) -> int:
+        return self.nbytes
+
+    def unsafe_buffer_pointer(self) -> int:
+        """The simulated device address of the first byte."""
+        return self.address
+
+    @property
+    def address(self) -> int | None:
+        if self.is_deleted():
+            raise JaxDeviceError("the buffer was deleted", seam="framework",
+                                 hint="keep the buffer (or the array you made it from) alive")
+        return self._address
+
+    def is_deleted(self) -> bool:
+        if self._owner is not None:
+            return self._owner.is_deleted()
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def delete(self) -> None:
+        """Give the device bytes back now (later use is an error)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def is_ready(self) -> bool:
+        return self.ready is None or self.ready.is_ready()
+
+    def block_until_ready(self) -> "Buffer":
+        if self.ready is not None:
+            self.ready.await_ready()
+        return self
+
+    def to_numpy(self) -> np.ndarray:
+        """A device-to-host copy of the value (waits for the work that writes it)."""
+        host = np.empty(self.device_shape, self.device_dtype.numpy)
+        if self.nbytes:
+            self.client.runtime.memcpy_d2h(host, self.address, self.client.stream, blocking=True)
+        self.client.counts["d2h_bytes"] += self.nbytes
+        return L.from_device_array(host, self.aval)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = np.asarray(self.to_numpy())
+        return arr if dtype is None else arr.astype(dtype)
+
+    def view(self, offset: int, aval) -> "Buffer":
+        """A buffer of ``aval`` at byte ``offset`` inside this one (a scan's slice)."""
+        return Buffer(self.client, aval, None if self._address is None else self.address + offset,
+                      self.ready, owner=self if self._owner is None else self._owner)
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.aval.str_short()}, {self.device()!r}, {self.nbytes} bytes)"
+
+
+class Client:
+    """The PJRT-shaped client of one composed stack."""
+
+    def __init__(self, stack: Stack, origin: str = ""):
+        if stack.config.meta:
+            raise ConfigError("the JAX client computes real values; a shape-only (meta) stack "
+                              "cannot back it", seam="framework", hint="set meta = false in the config")
+        self.stack, self.origin = stack, origin
+        self.runtime, self.framework = stack.runtime, stack.framework
+        face = self.framework.face
+        self.platform = face.pjrt_platform
+        self.plugin = face.pjrt_plugin
+        self.platform_version = f"{face.version_field} {face.version}"
+        self.device_class = f"{face.pjrt_platform.capitalize()}Device"
+        self.stream = self.runtime.default_stream()
+        self.lock = threading.RLock()
+        self._live: dict[int, int] = {}
+        self._devices = [Device(self, i) for i in range(self.runtime.device_count())]
+        self.counts: Counter = Counter()
+        #: (primitive, route) -> equations; route: native | fallback | control
+        self.routes: Counter = Counter()
+        self.reasons: dict = {}
+
+    @classmethod
+    def for_vendor(cls, vendor: str, spec: str | None = None) -> "Client":
+        return cls(compose(make_config(vendor, spec=spec)), f"vendor {vendor}")
+
+    @classmethod
+    def for_config(cls, path: str) -> "Client":
+        return cls(compose(load_config(path)), f"config {path}")
+
+    # -- devices and memory ------------------------------------------------------------------------
+    def devices(self) -> list[Device]:
+        return list(self._devices)
+
+    def local_devices(self) -> list[Device]:
+        return self.devices()
+
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def _check_device(self, device) -> None:
+        if device is not None and (not isinstance(device, Device) or device.client is not self):
+            raise JaxDeviceError(f"{device!r} is not a device of this client ({self.describe()})",
+                                 seam="framework", hint="use one of client.devices()")
+        if device is not None and device.id != 0:
+            raise JaxDeviceError(f"{device!r}: this client places buffers and runs programs on "
+                                 "device 0; the others are listed for discovery", seam="framework",
+                                 hint="use client.devices()[0]")
+
+    def allocate(self, nbytes: int) -> int | None:
+        return self.runtime.allocate(nbytes, self.stream) if nbytes else None
+
+    def _release(self, address: int) -> None:
+        with self.lock:
+            if self._live.pop(address, None) is not None:
+                self.runtime.deallocate(address)
+
+    def live_buffers(self) -> int:
+        return len(self._live)
+
+    def live_bytes(self) -> int:
+        return sum(self._live.values())
+
+    def memory_stats(self) -> dict:
+        return {"live_buffers": self.live_buffers(), "bytes_in_use": self.live_bytes(),
+                **{k: v for k, v in self.runtime.memory_stats().items() if isinstance(v, (int, float))}}
+
+    # -- transfers ---------------------------------------------------------------------------------
+    def buffer_from_pyval(self, value, device: Device | None = None, aval=None) -> Buffer:
+        """Copy a host value (numpy array, jax array, Python scalar, key array) into a new device
+        buffer; ``aval`` fixes its type (a jit argument's), else the value's own."""
+        self._check_device(device)
+        if aval is None:
+            aval = jax.typeof(value)
+        if L.device_dtype(aval.dtype) is None:
+            raise JaxDeviceError(f"{aval.dtype} has no fornax device dtype", seam="framework",
+                                 hint="use float32/float16/bfloat16/float64, int8-64, uint8-32 or bool")
+        host = L.to_device_array(value, aval)
+        with self.lock:
+            address = self.allocate(host.nbytes)
+            if address is not None:
+                self.runtime.memcpy_h2d(address, host, self.stream)
+            self.counts["h2d_bytes"] += host.nbytes
+            return Buffer(self, aval, address, self.record())
+
+    def empty(self, aval) -> Buffer:
+        """A device buffer for a result of ``aval`` (written by the work enqueued next)."""
+        nbytes = int(np.prod(L.device_shape(aval), dtype=np.int64)) * L.device_dtype(aval.dtype).itemsize
+        return Buffer(self, aval, self.allocate(nbytes), None)
+
+    def copy(self, buf: Buffer) -> Buffer:
+        """A new buffer holding ``buf``'s value (a device-to-device copy)."""
+        out = self.empty(buf.aval)
+        if buf.nbytes:
+            self.runtime.memcpy_d2d(out.address, buf.address, buf.nbytes, self.stream)
+        return out
+
+    def record(self) -> Event:
+        return Event(self, self.runtime.record_event(self.stream))
+
+    def synchronize(self) -> None:
+        self.runtime.stream_synchronize(self.stream)
+
+    # -- programs ----------------------------------------------------------------------------------
+    def compile(self, fn, *example_args, name: str | None = None) -> "LoadedExecutable":
+        """Trace ``fn`` at the example arguments' avals (arrays, buffers or
+        ``jax.ShapeDtypeStruct`` s) and compile the whole jaxpr for this client."""
+        from .program import build_program
+        avals = [a.aval if isinstance(a, Buffer) else a for a in example_args]
+        closed = jax.make_jaxpr(fn)(*avals)
+        return LoadedExecutable(self, build_program(self, closed, name or getattr(fn, "__name__", "fn")))
+
+    def compile_jaxpr(self, closed, name: str = "jaxpr") -> "LoadedExecutable":
+        """Compile a ClosedJaxpr (its invars are the executable's parameters)."""
+        from .program import build_program
+        return LoadedExecutable(self, build_program(self, closed, name))
+
+    # -- accounting ----------------------------------------------------------------------------------
+    def record_route(self, primitive: str, route: str, reason: str = "", n: int = 1) -> None:
+        self.routes[(primitive, route)] += n
+        if reason and (primitive, route) not in self.reasons:
+            self.reasons[(primitive, route)] = reason
+
+    def describe(self) -> str:
+        return self.stack.describe()
+
+    def report(self) -> dict:
+        """What the JAX front end did on this stack: equations per primitive and route
+        (native: compiled into a device segment; fallback: run on the host, with the reason;
+        control: a cond/while/scan driven from the host), programs, segments, transfers."""
+        rows = [{"primitive": p, "route": r, "count": n, "reason": self.reasons.get((p, r), "")}
+                for (p, r), n in self.routes.items()]
+        rows.sort(key=lambda r: (-r["count"], r["primitive"]))
+        totals = Counter()
+        for (_, r), n in self.routes.items():
+            totals[r] += n
+        return {"platform": self.platform, "plugin": self.plugin, "platform_version": self.platform_version,
+                "stack": self.describe(), "origin": self.origin,
+                "devices": [repr(d) for d in self._devices], "totals": dict(totals),
+                "primitives": rows, "fallbacks": [r for r in rows if r["route"] == "fallback"],
+                **dict(self.counts), "live_buffers": self.live_buffers(),
+                "live_bytes": self.live_bytes()}
+
+
+class LoadedExecutable:
+    """A compiled program: ``execute`` takes one buffer per parameter and returns one buffer
+    per result, in order, with the results' ready events recorded."""
+
+    def __init__(self, client: Client, program):
+        self.client, self.program = client, program
+        self.name = program.name
+
+    @property
+    def in_avals(self) -> list:
+        return [r.aval for r in self.program.ins]
+
+    @property
+    def out_avals(self) -> list:
+        return [r.aval for r in self.program.outs]
+
+    def execute(self, buffers: list[Buffer]) -> list[Buffer]:
+        prog = self.program
+        if len(buffers) != len(prog.ins):
+            raise InvalidArgumentError(f"{self.name} takes {len(prog.ins)} buffer(s), got {len(buffers)}",
+                                       seam="framework")
+        for i, (b, ref) in enumerate(zip(buffers, prog.ins)):
+            if not isinstance(b, Buffer) or b.client is not self.client:
+                raise InvalidArgumentError(
+                    f"{self.name}: argument {i} is {type(b).__name__}, not a buffer of this client",
+                    seam="framework", hint="client.buffer_from_pyval(x) puts a host value on the device")
+            if b.shape != tuple(ref.aval.shape) or b.dtype != ref.aval.dtype:
+                raise InvalidArgumentError(
+                    f"{self.name}: argument {i} is {b.aval.str_short()}, the program takes "
+                    f"{ref.aval.str_short()}", seam="framework")
+        with self.client.lock:
+            self.client.counts["executions"] += 1
+            outs = prog.run(list(buffers))
+            # every result is a buffer of its own: a parameter returned unchanged, or one value
+            # returned twice, is copied (deleting one result never deletes another array)
+            seen = {id(b) for b in buffers}
+            for k, b in enumerate(outs):
+                if id(b) in seen:
+                    outs[k] = self.client.copy(b)
+                seen.add(id(outs[k]))
+            ev = self.client.record()
+            for b in outs:
+                if b.ready is None:
+                    b.ready = ev
+            return outs
+
+    def as_text(self) -> str:
+        return self.program.describe()
