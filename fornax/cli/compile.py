@@ -19,7 +19,7 @@ from ..layers.passes import route as routing
 from ..layers.passes.fuse import describe as describe_groups, fuse
 from ..scenarios.workloads import WORKLOADS, get_workload
 from ..stack import compose, make_config
-from .main import debug_option, handle_errors
+from .errors import debug_option, handle_errors
 
 EMITS = ("graph", "ir", "asm", "binary")
 

@@ -10,7 +10,7 @@ import click
 from ..contracts.base import SUITES, run_suite, resolve_impl
 from ..layers.errors import ConfigError
 from ..stack import get_vendor
-from .main import debug_option, handle_errors
+from .errors import debug_option, handle_errors
 
 
 @click.command()
@@ -32,7 +32,8 @@ def conform(seam, vendor, impl, as_json, debug):
     results = run_suite(seam, subject)
     failed = [r for r in results if not r.passed]
     if as_json:
-        click.echo(json.dumps({"seam": seam, "implementation": subject.name,
+        click.echo(json.dumps({"schema": "fornax.conform/1", "seam": seam,
+                               "implementation": subject.name,
                                "passed": len(results) - len(failed), "failed": len(failed),
                                "clauses": [{"id": r.clause.id, "title": r.clause.title,
                                             "passed": r.passed, "detail": r.detail} for r in results]},

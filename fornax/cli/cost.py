@@ -21,6 +21,7 @@ from ..sim import cost as model
 from ..sim.spec import load_spec
 from ..sim.topology import ALGORITHMS, KINDS, Topology
 from ..stack import DEFAULT_SPEC
+from .errors import debug_option, handle_errors
 
 #: dtype spellings the command accepts -> the model's dtype names
 DTYPE_ALIASES: dict[str, str] = {
@@ -39,12 +40,10 @@ _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 
 
 def _errors(fn):
-    """Report bad input through ``fornax.cli.main.handle_errors`` (imported when the command
-    runs, so this module and ``main`` never import each other while loading)."""
+    """Report bad input through :func:`~fornax.cli.errors.handle_errors` (the models' own
+    argument checks raise ValueError: a usage mistake)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from .main import handle_errors
-
         def run(*a, **kw):
             try:
                 return fn(*a, **kw)
@@ -82,7 +81,7 @@ def _choice(text: str, options, what: str) -> str:
 
 def _emit(as_json: bool, title: str, result: dict, rows: list[tuple[str, str]]) -> None:
     if as_json:
-        click.echo(json.dumps(result))
+        click.echo(json.dumps({"schema": "fornax.cost/1", **result}))
         return
     t = Table(title=title, show_header=False)
     t.add_column("quantity")
@@ -95,7 +94,6 @@ def _emit(as_json: bool, title: str, result: dict, rows: list[tuple[str, str]]) 
 spec_option = click.option("--spec", "spec_name", default=DEFAULT_SPEC, show_default=True,
                            metavar="NAME", help="Chip spec (see `fornax specs`).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-debug_option = click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 
 
 @click.group()

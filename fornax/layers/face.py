@@ -294,8 +294,7 @@ def _term_value(term: str, ctx: dict, vendor: str, key: str):
                               seam="framework", vendor=vendor)
         return props.native[name]
     if ns == "derived":           # only "uuid" passes the parse check
-        spec = ctx["spec"]()
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fornax:{spec.name}:{props.index}"))
+        return device_uuid(ctx["spec"]().name, props.index)
     if ns == "target":
         facts = ctx["targets"].get(props.target, {})
         if name not in facts:
@@ -342,3 +341,9 @@ def device_properties(face: TorchFace, driver, index: int, vendor: str) -> dict:
             value = value * rhs if op == "*" else value // rhs
         out[key] = copy.deepcopy(value)
     return out
+
+
+def device_uuid(spec_name: str, index: int) -> str:
+    """The stable UUID of simulated device ``index`` of chip spec ``spec_name`` (what the
+    face's ``derived.uuid`` property and the family's device tools show)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fornax:{spec_name}:{index}"))

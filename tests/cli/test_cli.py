@@ -66,6 +66,18 @@ def test_human_output_shows_the_stack_and_clocks():
         assert text in out
 
 
+def test_progress_display_on_a_terminal_only_without_json():
+    """compose shows a transient progress display on a terminal's stderr; --json and pipes
+    get nothing on stderr."""
+    tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
+    r = CliRunner().invoke(main, ["compose", "--vendor", "rocm-like", "--spec", "tiny"], env=tty)
+    assert r.exit_code == 0 and "running mlp on rocm-like on tiny" in r.stderr
+    r = CliRunner().invoke(main, ["compose", "--vendor", "rocm-like", "--spec", "tiny", "--json"], env=tty)
+    assert r.exit_code == 0 and r.stderr == "" and json.loads(r.stdout)["schema"] == "fornax.report/1"
+    r = CliRunner().invoke(main, ["compose", "--vendor", "rocm-like", "--spec", "tiny"])
+    assert r.exit_code == 0 and r.stderr == ""
+
+
 @pytest.mark.parametrize("workload", sorted(w for w in WORKLOADS if not WORKLOADS[w].meta_only))
 def test_every_workload_runs_within_tolerance(workload):
     code, out, _ = run("compose", "--vendor", "cuda-like", "--spec", "tiny", "--workload", workload, "--json")
@@ -230,3 +242,27 @@ def test_workloads_lists_jax():
     assert code == 0
     jax_rows = [line for line in out.splitlines() if line.startswith("│ jax ")]
     assert [line.split("│")[2].strip() for line in jax_rows] == ["mlp", "mlp-train", "transformer-block"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["compose", "--bogus"], "No such option '--bogus'"),
+    (["nosuch"], "No such command 'nosuch'"),
+    (["compose", "--devices", "abc"], "'abc' is not a valid integer"),
+    (["cost", "gemm", "--m", "2"], "Missing option '--n'"),
+    (["specs", "--json", "--bogus"], "No such option '--bogus'"),
+    (["devices", "--vendor"], "requires an argument"),
+])
+def test_click_usage_errors_are_one_line_exit_2(args, needle):
+    """click's own usage errors, from any subcommand, end like every fornax error: one line on
+    stderr naming the help to read, exit 2, nothing on stdout."""
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.startswith("fornax: error: ") and needle in r.stderr and r.stderr.count("\n") == 1
+    assert "--help)" in r.stderr
+
+
+def test_usage_error_in_a_real_process():
+    p = subprocess.run([sys.executable, "-m", "fornax.cli", "compose", "--bogus"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("fornax: error: No such option '--bogus'")

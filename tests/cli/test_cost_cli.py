@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from fornax.cli.main import main
+from fornax.schemas import validate
 from fornax.sim.cost import gemm_cost
 from fornax.sim.spec import load_spec
 
@@ -16,9 +17,12 @@ def run(*args):
 
 
 def cost_json(*args):
+    """The command's JSON, checked against the shipped fornax.cost/1 schema."""
     code, out, err = run(*args, "--json")
     assert code == 0, err
-    return json.loads(out)
+    doc = json.loads(out)
+    validate(doc)
+    return doc
 
 
 def test_gemm_json():

@@ -217,6 +217,8 @@ def test_bad_arguments_are_clear_errors(client):
         fj.jit(lambda a: a, stack=3)(np.ones(2))
     with pytest.raises(FornaxError, match="no fornax device dtype"):
         client.buffer_from_pyval(np.ones(2, np.complex64))
+    with pytest.raises(FornaxError, match="leaf 0 is a str.*static_argnums"):
+        fj.jit(lambda s: s, stack=client)("abc")
 
 
 # ---- the PJRT-shaped interface --------------------------------------------------------------------------

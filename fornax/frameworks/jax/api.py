@@ -156,7 +156,14 @@ class Jitted:
         """(program, output tree) for these arguments, compiled once per signature."""
         dyn, statics = self._split(args)
         leaves, tree = jax.tree_util.tree_flatten(dyn)
-        avals = [a.aval if isinstance(a, Buffer) else jax.typeof(a) for a in leaves]
+        avals = []
+        for i, a in enumerate(leaves):
+            try:
+                avals.append(a.aval if isinstance(a, Buffer) else jax.typeof(a))
+            except TypeError:
+                raise InvalidArgumentError(
+                    f"argument leaf {i} is a {type(a).__name__}, not an array or scalar",
+                    seam="framework", hint="pass arrays, or name the argument in static_argnums") from None
         try:
             key = (tree, tuple((a.shape, a.dtype, getattr(a, "weak_type", False)) for a in avals),
                    statics, bool(jax.config.jax_enable_x64))

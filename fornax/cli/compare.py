@@ -1,0 +1,100 @@
+"""``fornax compare``: one workload over a matrix of stacks, in one side-by-side table.
+
+The matrix is the vendor families of ``--vendors`` (every seam from one family;
+default cuda-like, rocm-like, xpu-like) or the stack config files of ``--stack``,
+crossed with the front ends of ``--frameworks`` (default graph).  Each column is
+one ``fornax compose`` run (:mod:`fornax.compare`); ``--json`` prints the
+``fornax.compare/1`` document, ``--plot`` draws bar charts of it.  A run that
+fails shows its error in its column, the others still run, and the command
+exits 1 at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from .. import compare as cmp
+from ..layers.errors import ConfigError, FornaxError
+from .errors import debug_option, handle_errors
+
+
+def _check_plot_target(path: str) -> None:
+    """Before anything runs: matplotlib is importable and ``path``'s folder exists."""
+    try:
+        import matplotlib  # noqa: F401  (only checked here; fornax.compare.plot draws)
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib, which is not installed: pip install fornax[plot]") from None
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ConfigError(f"--plot {path}: folder {folder} does not exist")
+
+
+def _run(cols, debug: bool, show_progress: bool) -> dict:
+    """Run the matrix, with a transient progress bar on stderr when ``show_progress`` and
+    stderr is a terminal (a log file gets nothing)."""
+    console = Console(stderr=True)
+    if not show_progress or not console.is_terminal:
+        return cmp.compare(cols, debug=debug)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, transient=True)
+    with progress:
+        task = progress.add_task("composing stacks", total=len(cols))
+
+        def on_run(i, col):
+            progress.update(task, completed=i, description=escape(f"running {col.label} ({col.framework})"),
+                            refresh=True)
+        doc = cmp.compare(cols, debug=debug, on_run=on_run)
+        progress.update(task, completed=len(cols))
+    return doc
+
+
+@click.command("compare")
+@click.option("--vendors", default=None, metavar="V,V,...",
+              help=f"Vendor families to compare, every seam from one family (default "
+                   f"{','.join(cmp.DEFAULT_VENDORS)}).")
+@click.option("--frameworks", default=None, metavar="F,F,...",
+              help="Front ends to cross with the stacks: graph (default), torch, jax; the workload "
+                   "must exist for each.")
+@click.option("--stack", "stacks", multiple=True, metavar="FILE",
+              help="A stack config TOML, as `fornax compose --config` takes (repeatable; one column "
+                   "each; excludes --vendors).")
+@click.option("--workload", default=None, metavar="NAME",
+              help="Workload to run in every column (default mlp; see `fornax workloads`).")
+@click.option("--spec", default=None, metavar="NAME",
+              help="Chip spec for every column (overrides a --stack file's; see `fornax specs`).")
+@click.option("--seed", type=int, default=None, help="Seed for weights and inputs in every column.")
+@click.option("--json", "as_json", is_flag=True, help="Print only the fornax.compare/1 document on stdout.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+              help="Also write bar charts of the metrics to FILE.png (needs the plot extra: matplotlib).")
+@debug_option
+@handle_errors
+def compare_cmd(vendors, frameworks, stacks, workload, spec, seed, as_json, plot_path, debug):
+    """Run one workload on a matrix of stacks and show them side by side."""
+    if plot_path is not None:
+        _check_plot_target(plot_path)
+    cols = cmp.columns(workload, vendors=None if vendors is None else [vendors],
+                       frameworks=None if frameworks is None else [frameworks],
+                       stacks=list(stacks) or None, spec=spec, seed=seed)
+    doc = _run(cols, debug, show_progress=not as_json)
+    if plot_path is not None:
+        cmp.plot(doc, plot_path)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, default=str))
+    else:
+        cmp.render(doc, Console())
+    bad = [c for c in doc["columns"] if c["status"] != "ok"]
+    if bad:
+        what = "; ".join(f"{c['label']}: {c['error'] or 'numerics outside tolerance'}" for c in bad)
+        raise FornaxError(f"{len(bad)} of {len(doc['columns'])} runs failed — {what}")
