@@ -1,0 +1,40 @@
+"""Every fornax command once as a real process (``python -m fornax.cli``): a successful run
+exits 0 and its --json document validates against the shipped schema.  (compare, qualify,
+devices and specs have their own process tests in their modules.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fornax.schemas import validate
+
+
+def fornax(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fornax.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("args, kind", [
+    (["compose", "--vendor", "xpu-like", "--spec", "tiny", "--json"], "report"),
+    (["conform", "framework", "--vendor", "rocm-like", "--json"], "conform"),
+    (["workloads", "--json"], "workloads"),
+    (["cost", "gemm", "--m", "4096", "--n", "4096", "--k", "4096", "--json"], "cost"),
+])
+def test_json_commands_in_a_process(args, kind):
+    p = fornax(*args)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["schema"] == f"fornax.{kind}/1"
+    validate(doc)
+
+
+def test_compose_and_compile_human_output_in_a_process():
+    p = fornax("compose", "--vendor", "cuda-like", "--spec", "tiny")
+    assert p.returncode == 0 and p.stderr == ""
+    assert "fornax stack" in p.stdout and "simulated device time" in p.stdout
+    p = fornax("compile", "--workload", "mlp", "--vendor", "rocm-like", "--emit", "graph")
+    assert p.returncode == 0 and p.stdout.startswith("graph mlp(")
