@@ -112,6 +112,18 @@ def test_grad_and_vmap_outside(client):
     close(jax.jit(jax.grad(j))(w, x), jax.grad(loss)(w, x))
 
 
+def test_grad_outside_with_an_integer_argument_under_jit(client):
+    """The backward callback receives every argument (an integer index included) rather
+    than closing over them, so it also works under an outer jax.jit."""
+    def f(w, idx, x):
+        return jnp.sum(jnp.tanh(x @ w)[idx] ** 2)
+    w, x = rand(4, 3), rand(5, 4, seed=1)
+    idx = np.array([0, 2, 2], np.int32)
+    j = fj.jit(f, stack=client)
+    close(jax.jit(jax.grad(j))(w, idx, x), jax.grad(f)(w, idx, x), rtol=1e-5)
+    close(jax.grad(j, argnums=2)(w, idx, x), jax.grad(f, argnums=2)(w, idx, x), rtol=1e-5)
+
+
 def test_custom_vjp_custom_jvp_and_remat(client):
     @jax.custom_vjp
     def clip_grad(x):

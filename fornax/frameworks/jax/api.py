@@ -228,14 +228,16 @@ class Jitted:
         def bwd(xs, cts):
             idx = [i for i, f in enumerate(floats) if f]
 
-            def grads(fxs, cts_):
+            def grads(all_xs, cts_):
+                # every argument is passed in (none closed over: under an outer jit they are
+                # tracers); only the floating ones are differentiated
                 def g(*fx):
-                    full = list(xs)
+                    full = list(all_xs)
                     for i, v in zip(idx, fx):
                         full[i] = v
                     return flat_fn(*full)
-                return jax.vjp(g, *fxs)[1](cts_)
-            gs = _on_fornax(grads, ([xs[i] for i in idx], cts), stack) if idx else ()
+                return jax.vjp(g, *(all_xs[i] for i in idx))[1](cts_)
+            gs = _on_fornax(grads, (list(xs), cts), stack) if idx else ()
             out = [None] * len(xs)
             for i, v in zip(idx, gs):
                 out[i] = v
