@@ -112,6 +112,20 @@ def test_grad_and_vmap_outside(client):
     close(jax.jit(jax.grad(j))(w, x), jax.grad(loss)(w, x))
 
 
+def test_grad_outside_reuses_its_compiled_programs():
+    """A training loop over jax.grad(fornax jit): the forward and backward programs are
+    compiled on the first step and reused after (the routes count compiled equations)."""
+    c = fj.Client.for_vendor("rocm-like")
+    g = jax.grad(fj.jit(loss, stack=c))
+    w, x = rand(6, 3), rand(4, 6, seed=1)
+    close(g(w, x), jax.grad(loss)(w, x))
+    compiled = c.report()["totals"]
+    for step in range(2):
+        w = w - 0.1 * np.asarray(g(w, x))
+        close(g(w, x), jax.grad(loss)(w, x))
+    assert c.report()["totals"] == compiled and c.report()["executions"] >= 5
+
+
 def test_grad_outside_with_an_integer_argument_under_jit(client):
     """The backward callback receives every argument (an integer index included) rather
     than closing over them, so it also works under an outer jax.jit."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 import jax
@@ -123,6 +124,7 @@ class Jitted:
         self.numpy = numpy
         self.cache: OrderedDict = OrderedDict()
         self.cache_size = cache_size
+        self._traced_fns: dict = {}          # signature -> the callback functions (see _traced)
         functools.update_wrapper(self, fn)
 
     @property
@@ -210,13 +212,15 @@ class Jitted:
     def _traced(self, args):
         dyn, statics = self._split(args)
         leaves, tree = jax.tree_util.tree_flatten(dyn)
-        fn = self._bound(statics)
+        floats = tuple(jax.dtypes.issubdtype(jax.typeof(x).dtype, np.inexact) for x in leaves)
+        key = (tree, statics, floats)
+        fns = self._traced_fns.get(key)
+        if fns is None:
+            fns = self._traced_fns[key] = _callback_fns(self._bound(statics), tree, floats)
+        flat_fn, grads = fns
         stack = self._stack
-
-        def flat_fn(*xs):
-            return fn(*jax.tree_util.tree_unflatten(tree, xs))
         out_tree = jax.tree_util.tree_structure(jax.eval_shape(flat_fn, *leaves))
-        floats = [jax.dtypes.issubdtype(jax.typeof(x).dtype, np.inexact) for x in leaves]
+        idx = [i for i, f in enumerate(floats) if f]
 
         @jax.custom_vjp
         def call(*xs):
@@ -226,17 +230,6 @@ class Jitted:
             return _on_fornax(flat_fn, xs, stack), xs
 
         def bwd(xs, cts):
-            idx = [i for i, f in enumerate(floats) if f]
-
-            def grads(all_xs, cts_):
-                # every argument is passed in (none closed over: under an outer jit they are
-                # tracers); only the floating ones are differentiated
-                def g(*fx):
-                    full = list(all_xs)
-                    for i, v in zip(idx, fx):
-                        full[i] = v
-                    return flat_fn(*full)
-                return jax.vjp(g, *(all_xs[i] for i in idx))[1](cts_)
             gs = _on_fornax(grads, (list(xs), cts), stack) if idx else ()
             out = [None] * len(xs)
             for i, v in zip(idx, gs):
@@ -246,9 +239,35 @@ class Jitted:
         return jax.tree_util.tree_unflatten(out_tree, jax.tree_util.tree_leaves(call(*leaves)))
 
 
+def _callback_fns(fn, tree, floats):
+    """The two functions a jitted call runs through callbacks under a transformation: ``f``
+    on the flat arguments, and its vector-Jacobian product with respect to the floating
+    arguments.  Every argument is passed in (none closed over: under an outer jit they are
+    tracers), so one pair serves every call of a signature and its compiled programs are
+    reused."""
+    idx = [i for i, f in enumerate(floats) if f]
+
+    def flat_fn(*xs):
+        return fn(*jax.tree_util.tree_unflatten(tree, xs))
+
+    def grads(all_xs, cts):
+        def g(*fx):
+            full = list(all_xs)
+            for i, v in zip(idx, fx):
+                full[i] = v
+            return flat_fn(*full)
+        return jax.vjp(g, *(all_xs[i] for i in idx))[1](cts)
+    return flat_fn, grads
+
+
+#: per callback function, the fornax programs that run it (by batch rank and argument tree)
+_callback_jits: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _on_fornax(fn, args, stack):
     """``fn(*args)`` compiled and run by fornax through a host callback (works under jit,
-    vmap and inside custom_vjp rules); returns fn's result pytree."""
+    vmap and inside custom_vjp rules); returns fn's result pytree.  The compiled programs
+    are kept per ``fn``, so repeated calls (a training loop) reuse them."""
     shapes = jax.eval_shape(fn, *args)
     flat_args, args_tree = jax.tree_util.tree_flatten(args)
     ranks = [np.ndim(x) for x in flat_args]
@@ -256,11 +275,15 @@ def _on_fornax(fn, args, stack):
     def host(*xs):
         # under vmap ("broadcast_all") every argument gains the same leading batch dims
         extra = np.ndim(xs[0]) - ranks[0] if xs else 0
-        g = fn
-        for _ in range(extra):
-            g = jax.vmap(g)
-        res = Jitted(lambda *a: g(*jax.tree_util.tree_unflatten(args_tree, a)), stack, numpy=True)(*xs)
-        return jax.tree_util.tree_map(np.asarray, res)
+        jits = _callback_jits.setdefault(fn, {})
+        j = jits.get((extra, args_tree))
+        if j is None:
+            g = fn
+            for _ in range(extra):
+                g = jax.vmap(g)
+            j = jits[(extra, args_tree)] = Jitted(
+                lambda *a: g(*jax.tree_util.tree_unflatten(args_tree, a)), stack, numpy=True)
+        return jax.tree_util.tree_map(np.asarray, j(*xs))
     return jax.pure_callback(host, shapes, *flat_args, vmap_method="broadcast_all")
 
 
