@@ -17,7 +17,8 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import calibration, collectives, compile_times, gemm_sweep, opinfo, shape_only, torch_frontend
+from . import (calibration, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, shape_only,
+               torch_frontend)
 
 from . import REPEATS
 from . import best as _best
@@ -74,6 +75,7 @@ def main() -> None:
     gemm_sweep.main()
     collectives.main()
     torch_frontend.main()
+    jax_frontend.main()
     opinfo.main()
 
 
