@@ -118,16 +118,32 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
 TORCH_ROUTES = ("native", "decomposed", "fallback", "view")
 
 
+def route_totals(rows: list[dict], routes) -> dict:
+    """Counts per route of a front end's ``{..., route, count}`` rows; every route in
+    ``routes`` is named (0 when unused)."""
+    totals = {r: 0 for r in routes}
+    for r in rows:
+        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
+    return totals
+
+
+def rows_delta(before: list[dict], after: list[dict], key: str) -> list[dict]:
+    """What a front end's route rows (``{key, route, count, reason}``) recorded between two of
+    its reports: the rows whose count grew, with the growth as their count, most first."""
+    old = {(r[key], r["route"]): r["count"] for r in before}
+    rows = [{**r, "count": r["count"] - old.get((r[key], r["route"]), 0)} for r in after]
+    rows = [r for r in rows if r["count"] > 0]
+    rows.sort(key=lambda r: (-r["count"], r[key], r["route"]))
+    return rows
+
+
 def torch_section(routes: dict, *, mode: str = "eager", stack: str = "", losses=(),
                   reference_losses=(), reference_wall_s: float = 0.0) -> dict:
     """``report["torch"]``: what the torch front end did in one run.  ``routes`` is that run's
     share of ``fornax.frameworks.torch.report()`` (``ops`` rows ``{op, route, count, reason}``);
     calls per route always name native, decomposed, fallback and view (0 when unused)."""
     ops = [dict(r) for r in routes.get("ops", [])]
-    totals = {r: 0 for r in TORCH_ROUTES}
-    for r in ops:
-        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
-    return {"mode": mode, "stack": stack, "routes": totals, "ops": ops,
+    return {"mode": mode, "stack": stack, "routes": route_totals(ops, TORCH_ROUTES), "ops": ops,
             "fallbacks": [{"op": r["op"], "count": r["count"], "reason": r["reason"]}
                           for r in ops if r["route"] == "fallback"],
             "losses": [float(v) for v in losses],
@@ -150,9 +166,7 @@ def jax_section(routes: dict, *, stack: str = "", platform: str = "", plugin: st
     of a client's ``report()`` (``primitives`` rows ``{primitive, route, count, reason}`` and
     ``counts``); equations per route always name native, fallback and control (0 when unused)."""
     rows = [dict(r) for r in routes.get("primitives", [])]
-    totals = {r: 0 for r in JAX_ROUTES}
-    for r in rows:
-        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
+    totals = route_totals(rows, JAX_ROUTES)
     counts = routes.get("counts", {})
     return {"stack": stack, "platform": platform, "plugin": plugin, "platform_version": platform_version,
             "routes": totals, "primitives": rows,

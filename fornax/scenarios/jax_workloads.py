@@ -52,7 +52,7 @@ from jax import lax
 
 from ..layers.errors import ConfigError, NotSupportedError
 from ..layers.graph import DType
-from ..report import JAX_COUNTS, JAX_ROUTES
+from ..report import JAX_COUNTS, JAX_ROUTES, route_totals, rows_delta
 from . import torch_workloads as tw
 from .workloads import TOLERANCE
 
@@ -207,28 +207,15 @@ def get_workload(name: str) -> JaxWorkload:
 
 
 # ---- running ------------------------------------------------------------------------------------
-def _route_rows(report: dict) -> dict:
-    return {(r["primitive"], r["route"]): r for r in report.get("primitives", [])}
-
-
 def route_delta(before: dict, after: dict) -> dict:
     """What a client recorded between two of its ``report()`` s (``before`` may be ``{}``):
     ``{"totals", "primitives", "fallbacks", "counts"}``, rows as the report's ``{primitive,
     route, count, reason}``, totals per route and the counters of
     :data:`fornax.report.JAX_COUNTS` (0 when unused).  Routes count equations as compiled
     (a scan body's once per program); the counters count what ran (every iteration)."""
-    old = _route_rows(before)
-    rows = []
-    for key, row in _route_rows(after).items():
-        n = row["count"] - old.get(key, {}).get("count", 0)
-        if n > 0:
-            rows.append({**row, "count": n})
-    rows.sort(key=lambda r: (-r["count"], r["primitive"], r["route"]))
-    totals = {route: 0 for route in JAX_ROUTES}
-    for r in rows:
-        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
+    rows = rows_delta(before.get("primitives", []), after.get("primitives", []), "primitive")
     counts = {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in JAX_COUNTS}
-    return {"totals": totals, "primitives": rows,
+    return {"totals": route_totals(rows, JAX_ROUTES), "primitives": rows,
             "fallbacks": [r for r in rows if r["route"] == "fallback"], "counts": counts}
 
 

@@ -48,7 +48,7 @@ from torch import nn
 
 from ..layers.errors import ConfigError, FornaxError, NotSupportedError
 from ..layers.graph import DType
-from ..report import TORCH_ROUTES
+from ..report import TORCH_ROUTES, route_totals, rows_delta
 from .workloads import TOLERANCE
 from .workloads import mlp as graph_mlp
 
@@ -267,24 +267,13 @@ def _cast(x, dtype):
     return x
 
 
-def _route_counts(report: dict) -> dict:
-    return {(r["op"], r["route"]): r for r in report["ops"]}
-
-
 def route_delta(before: dict, after: dict) -> dict:
     """What the front end recorded between two ``fornax.frameworks.torch.report()``s of one
     session: ``{"totals", "ops", "fallbacks"}`` with the same row shape as the report's."""
-    old = _route_counts(before) if before.get("session") == after.get("session") else {}
-    ops = []
-    for key, row in _route_counts(after).items():
-        n = row["count"] - old.get(key, {}).get("count", 0)
-        if n > 0:
-            ops.append({**row, "count": n})
-    ops.sort(key=lambda r: (-r["count"], r["op"], r["route"]))
-    totals = {route: 0 for route in TORCH_ROUTES}
-    for r in ops:
-        totals[r["route"]] = totals.get(r["route"], 0) + r["count"]
-    return {"totals": totals, "ops": ops, "fallbacks": [r for r in ops if r["route"] == "fallback"]}
+    old = before.get("ops", []) if before.get("session") == after.get("session") else []
+    ops = rows_delta(old, after["ops"], "op")
+    return {"totals": route_totals(ops, TORCH_ROUTES), "ops": ops,
+            "fallbacks": [r for r in ops if r["route"] == "fallback"]}
 
 
 def _numerics(outputs: dict, reference: dict, tol: float) -> list[dict]:

@@ -231,6 +231,24 @@ def test_unsupported_primitive_is_a_named_fallback():
     assert ("mul", "native") in routes(c)
 
 
+def test_segment_with_an_op_the_family_does_not_run_goes_through_the_framework_seam():
+    """A segment holding a graph op the family's coverage routes to the CPU runs through the
+    framework seam's own run (its fallback policy), counted as a graph:<op> fallback; values
+    (a carried uint32 included) are right."""
+    from fornax.layers.framework import Route
+    c = fj.Client.for_vendor("cuda-like")
+    route = c.framework.route
+    c.framework.route = lambda op: Route(op, "fallback", "no tanh kernel in this test") \
+        if op == "tanh" else route(op)
+    x, k = rand(4), np.arange(4, dtype=np.uint32) * np.uint32(1 << 30)
+
+    def f(a, u):
+        return jnp.tanh(a) * 2, u * np.uint32(3)
+    close(fj.jit(f, stack=c)(x, k), jax.jit(f)(x, k))
+    fbs = c.report()["fallbacks"]
+    assert [r["primitive"] for r in fbs] == ["graph:tanh"] and "no tanh kernel" in fbs[0]["reason"]
+
+
 def test_bad_arguments_are_clear_errors(client):
     prog = client.compile(lambda a: a * 2, np.ones(3, np.float32))
     with pytest.raises(FornaxError, match="takes 1 buffer"):

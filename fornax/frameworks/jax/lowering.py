@@ -116,6 +116,11 @@ def device_shape(aval) -> tuple[int, ...]:
     return shape + key_shape(aval.dtype) if is_key(aval.dtype) else shape
 
 
+def device_nbytes(aval) -> int:
+    """The bytes a value of ``aval`` takes on the device."""
+    return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype(aval.dtype).itemsize
+
+
 def to_device_array(value, aval) -> np.ndarray:
     """The host array the device holds for a jax ``value`` of ``aval`` (key data for a key
     array, a carried integer widened)."""

@@ -84,7 +84,7 @@ class Buffer:
         self.ready = ready
         self.device_shape = L.device_shape(aval)
         self.device_dtype = L.device_dtype(aval.dtype)
-        self.nbytes = int(np.prod(self.device_shape, dtype=np.int64)) * self.device_dtype.itemsize
+        self.nbytes = L.device_nbytes(aval)
         self._owner = owner                  # a view keeps its parent's bytes alive
         self._finalizer = None
         if address is not None and owner is None:
@@ -143,13 +143,18 @@ class Buffer:
             self.ready.await_ready()
         return self
 
-    def to_numpy(self) -> np.ndarray:
-        """A device-to-host copy of the value (waits for the work that writes it)."""
+    def device_array(self) -> np.ndarray:
+        """A device-to-host copy of the bytes as the device holds them (key data, carried
+        integers widened); waits for the work that writes them."""
         host = np.empty(self.device_shape, self.device_dtype.numpy)
         if self.nbytes:
             self.client.runtime.memcpy_d2h(host, self.address, self.client.stream, blocking=True)
         self.client.counts["d2h_bytes"] += self.nbytes
-        return L.from_device_array(host, self.aval)
+        return host
+
+    def to_numpy(self) -> np.ndarray:
+        """A device-to-host copy of the value (waits for the work that writes it)."""
+        return L.from_device_array(self.device_array(), self.aval)
 
     def __array__(self, dtype=None, copy=None):
         arr = np.asarray(self.to_numpy())
@@ -252,8 +257,7 @@ class Client:
 
     def empty(self, aval) -> Buffer:
         """A device buffer for a result of ``aval`` (written by the work enqueued next)."""
-        nbytes = int(np.prod(L.device_shape(aval), dtype=np.int64)) * L.device_dtype(aval.dtype).itemsize
-        return Buffer(self, aval, self.allocate(nbytes), None)
+        return Buffer(self, aval, self.allocate(L.device_nbytes(aval)), None)
 
     def copy(self, buf: Buffer) -> Buffer:
         """A new buffer holding ``buf``'s value (a device-to-device copy)."""

@@ -102,10 +102,6 @@ def _inline(jaxpr, consts, atoms, eqns: list[Flat]) -> list:
 
 
 # ---- instructions ----------------------------------------------------------------------------------
-def _nbytes(aval) -> int:
-    return int(np.prod(L.device_shape(aval), dtype=np.int64)) * L.device_dtype(aval.dtype).itemsize
-
-
 @dataclass(eq=False)
 class Segment:
     """A compiled graph over device buffers."""
@@ -125,8 +121,7 @@ class Segment:
         if self.plan is not None:
             self.plan([b.address for b in args], [b.address for b in results], client.stream)
         else:
-            feeds = {v.name: np.asarray(L.to_device_array(b.to_numpy(), b.aval))
-                     for v, b in zip(self.graph.inputs, args)}
+            feeds = {v.name: b.device_array() for v, b in zip(self.graph.inputs, args)}
             res = client.framework.run(self.graph, feeds)
             if not self.recorded:             # the seam's fallbacks, counted once per segment
                 self.recorded = True
@@ -218,7 +213,7 @@ class Scan:
         n_carry = len(carry)
         ys = [client.empty(r.aval) for r in self.outs[n_carry:]]
         x_avals = [r.aval for r in self.body.ins[len(consts) + n_carry:]]
-        x_bytes = [_nbytes(a) for a in x_avals]
+        x_bytes = [L.device_nbytes(a) for a in x_avals]
         order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
         for i in order:
             x_i = [x.view(i * nb, a) for x, nb, a in zip(xs, x_bytes, x_avals)]
