@@ -286,6 +286,7 @@ class Subject:
         else:
             self.config, self._stack, self._error = target, None, None
         self.torch_used = False
+        self.full = False                # the real-client evidence whole, not sampled
         self.current = ""                # the check running now (``L0.driver``)
         self._error_at = ""
         self.versions = {"fornax": fornax.__version__, "torch": _version("torch"),
@@ -341,10 +342,12 @@ class Subject:
 
 
 def qualify(target: StackConfig | Stack, levels: Iterable[str] | None = None,
-            progress: Callable[[str], None] | None = None) -> Qualification:
+            progress: Callable[[str], None] | None = None, full: bool = False) -> Qualification:
     """Run the evidence of ``levels`` (default: all, L0..L7) against the stack ``target``
     (a config, composed here, or an already composed Stack) and return the qualification.
-    ``progress(check_id)`` is called before each check (``"L2.opinfo"``)."""
+    ``progress(check_id)`` is called before each check (``"L2.opinfo"``).  ``full`` runs the
+    real-client evidence whole (every OpInfo, ModuleInfo and OptimInfo, a fresh venv for
+    packaging) instead of its deterministic sample."""
     wanted = list(LEVEL_IDS) if levels is None else [normalize_level(lv) for lv in levels]
     if not wanted:
         raise ConfigError("no level to run", hint=f"levels: {', '.join(LEVEL_IDS)}")
@@ -357,6 +360,7 @@ def qualify(target: StackConfig | Stack, levels: Iterable[str] | None = None,
     except SpecError as exc:
         raise ConfigError(str(exc)) from None
     subject = Subject(target)
+    subject.full = bool(full)
     t0 = time.perf_counter()
     results = [LevelResult(lv, lv.id in wanted) for lv in LEVELS]
     import torch
@@ -1118,3 +1122,7 @@ def _l7_bad_config(s: Subject) -> Outcome:
             else:
                 problems.append(f"{name}: the config was accepted")
     return Outcome(good, good == len(cases), "; ".join(problems) or " | ".join(lines))
+
+
+# the evidence from real clients (packaging, profiling, PyTorch's databases, real models)
+from . import qualify_clients  # noqa: E402,F401

@@ -30,9 +30,12 @@ from .errors import debug_option, handle_errors
 @click.option("--level", "levels", multiple=True, metavar="L",
               help="Run only level L (L0-L7; repeatable). Default: every level.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fornax.qualify/1 JSON document.")
+@click.option("--full", is_flag=True, help="Run the real-client evidence whole: every OpInfo, "
+              "ModuleInfo and OptimInfo and every zoo mode, and install fornax into a fresh venv "
+              "(slow); the default is a deterministic sample.")
 @debug_option
 @handle_errors
-def qualify(vendor, stack_path, levels, as_json, debug):
+def qualify(vendor, stack_path, levels, as_json, full, debug):
     """The support contract: levels L0-L7 of PyTorch support, each with evidence."""
     if (vendor is None) == (stack_path is None):
         raise ConfigError("give exactly one of --vendor V or --stack FILE",
@@ -41,10 +44,10 @@ def qualify(vendor, stack_path, levels, as_json, debug):
     wanted = [q.normalize_level(lv) for lv in levels] or None
     status = Console(stderr=True)
     if as_json or not status.is_terminal:
-        result = q.qualify(cfg, wanted)
+        result = q.qualify(cfg, wanted, full=full)
     else:
         with status.status("qualifying") as spinner:
-            result = q.qualify(cfg, wanted,
+            result = q.qualify(cfg, wanted, full=full,
                                progress=lambda cid: spinner.update(f"qualifying: {cid}"))
     if debug:
         for lr in result.levels:

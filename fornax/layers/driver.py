@@ -91,6 +91,7 @@ class KernelRecord:
     flops: float
     bytes: int
     bound: str
+    launch: int = 0          # the driver's launch number (counts["launches"] when it was launched)
 
 
 @runtime_checkable
@@ -793,6 +794,7 @@ class QueueBase:
         """The functional effect and cost of one kernel, run when its packet executes."""
         d, space, device = self.driver, self.ctx.space, self.device
         saved = 1.0 - self.launch_scale          # fixed at dispatch, like the launch path taken
+        seq = d.counts["launches"]               # this launch's number (it runs later, in queue order)
 
         def work() -> float:
             counters, cost = device.run_kernel(space, program, grid, args)
@@ -803,7 +805,8 @@ class QueueBase:
             duration = cost.duration_s - saved * cost.launch_s
             flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
             d.kernel_log.append(KernelRecord(entry, grid, duration, flops,
-                                             counters.bytes_read + counters.bytes_written, cost.bound))
+                                             counters.bytes_read + counters.bytes_written, cost.bound,
+                                             seq))
             device.timeline.annotate(
                 reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
                 writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],

@@ -39,6 +39,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ...layers.errors import FornaxError
 from ...layers.graph import Graph
+from . import profiler as _profiler
 from . import tensors as T
 from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
 from .session import Session, current
@@ -126,6 +127,8 @@ def dispatch(op, *args, **kwargs):
     """The PrivateUse1 boxed fallback: route one ATen op (see the module docstring)."""
     session = current()
     with session.lock:
+        if _profiler.enabled():
+            return _profiler.run(session, op, _dispatch, args, kwargs)
         return _dispatch(session, op, args, kwargs)
 
 

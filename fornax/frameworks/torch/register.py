@@ -22,6 +22,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 from . import autocast as _autocast
 from . import device as _device_module
 from . import eager, fused
+from . import profiler as _profiler
 from . import tensors as T
 
 _FLAG = "_fornax_backend_registered"
@@ -55,6 +56,7 @@ def register() -> None:
     fallback.fallback(eager.dispatch, "PrivateUse1")
     _autocast.register(LIBRARIES)
     _patch_storage()
+    _profiler.install()
     setattr(torch, _FLAG, True)
 
 
