@@ -13,6 +13,7 @@ Registered into :mod:`fornax.qualify`'s levels (this module is imported at its e
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -60,8 +61,8 @@ def fresh_venv_install(root: Path, where: Path, timeout: float = 600.0) -> str:
     """Install fornax from ``root`` into a new virtual environment under ``where`` and return
     its interpreter.  The venv gets fornax's dependencies from this environment (every entry
     of its site-packages but fornax's own, linked into a directory the venv's path names), so
-    nothing is downloaded; fornax itself is built and installed as a plain (non-editable)
-    package with this environment's pip and setuptools."""
+    nothing is downloaded; fornax itself is built from a copy of the tree and installed as a
+    plain (non-editable) package with this environment's pip and setuptools."""
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    capture_output=True, timeout=timeout)
@@ -77,8 +78,14 @@ def fresh_venv_install(root: Path, where: Path, timeout: float = 600.0) -> str:
     target_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                  check=True, capture_output=True, text=True, timeout=timeout).stdout.strip()
     Path(target_site, "_fornax_qualify_deps.pth").write_text(f"{deps}\n", encoding="utf-8")
+    src = where / "src"                          # a copy: building leaves nothing in the tree
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(root / name, src / name)
+    shutil.copytree(root / "fornax", src / "fornax",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                        "--no-deps", "--no-build-isolation", "--no-index", str(root)],
+                        "--no-deps", "--no-build-isolation", "--no-index", str(src)],
                        capture_output=True, text=True, timeout=timeout, env=_clean_env())
     if r.returncode:
         raise RuntimeError(f"pip could not install fornax from {root} into a fresh venv: "
