@@ -8,13 +8,13 @@ PJRT-shaped device interface.
 * :mod:`.pjrt`: the client / devices / buffers / compile / execute / events
   interface JAX itself talks to; :func:`devices` and :func:`device_put` reach it.
 * :mod:`.lowering` and the rule modules (:mod:`.primitives`, :mod:`.indexing`,
-  :mod:`.rng`): one lowering rule per jax primitive; a primitive without one runs
+  :mod:`.rng`, :mod:`.windows`): one lowering rule per jax primitive; a primitive without one runs
   on the host as a named fallback, counted in :func:`report`.
 """
 
 from __future__ import annotations
 
-from . import indexing, primitives, rng  # noqa: F401  (they register their lowering rules)
+from . import indexing, primitives, rng, windows  # noqa: F401  (they register their lowering rules)
 from .api import Jitted, client, device_put, devices, jit, resolve, use_stack
 from .lowering import RULES, NotLowerable
 from .pjrt import Buffer, Client, Device, Event, JaxDeviceError, LoadedExecutable
