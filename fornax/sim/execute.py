@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import isa
+from .arithmetic import cast as _cast
+from .arithmetic import power as _power
 from .faults import ExecutionError
 from .memory import AddressSpace
 
@@ -127,9 +129,10 @@ def _align(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _operand(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``arr.astype(dtype)`` without the copy when ``arr`` already is a C-contiguous array
-    of ``dtype``: the same values and strides (for a matrix product, the same BLAS call)."""
-    return arr if arr.dtype == dtype and arr.flags.c_contiguous else arr.astype(dtype)
+    """``arr`` converted to ``dtype`` (:func:`_cast`) without the copy when it already is a
+    C-contiguous array of ``dtype``: the same values and strides (for a matrix product, the
+    same BLAS call)."""
+    return arr if arr.dtype == dtype and arr.flags.c_contiguous else _cast(arr, dtype)
 
 
 def _compute_dtype(arr: np.ndarray) -> np.ndarray:
@@ -150,7 +153,8 @@ _UNARY = {
 }
 _BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-    "max": np.maximum, "min": np.minimum, "pow": np.power, "floordiv": np.floor_divide,
+    "max": np.maximum, "min": np.minimum, "pow": lambda a, b: _power(a, b),
+    "floordiv": np.floor_divide,
     "mod": np.mod, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
     "bitand": np.bitwise_and, "bitor": np.bitwise_or, "xor": np.bitwise_xor,
@@ -479,7 +483,7 @@ class _Run:
             with np.errstate(all="ignore"):
                 y = _UNARY[ins.fn](_compute_dtype(x))
             if y.dtype != np.bool_:
-                y = y.astype(x.dtype, copy=False)
+                y = _cast(y, x.dtype)
             if self.counting:
                 c.add_flops(c.vector_flops, _dtype_name(x), y.size * (n if y.shape[0] == 1 else 1))
             regs[ins.dst] = y
@@ -498,7 +502,7 @@ class _Run:
             except ValueError as exc:
                 self.fail(ins, f"tile shapes {a.shape[1:]} and {b.shape[1:]} do not broadcast ({exc})")
             if y.dtype != np.bool_:
-                y = y.astype(a.dtype, copy=False)
+                y = _cast(y, a.dtype)
             if self.counting:
                 c.add_flops(c.vector_flops, _dtype_name(a), y.size * (n if y.shape[0] == 1 else 1))
             regs[ins.dst] = y
@@ -530,7 +534,7 @@ class _Run:
                 self.fail(ins, f"axis {ins.axis} out of range for tile {x.shape[1:]}")
             axis = ins.axis + 1 if ins.axis >= 0 else ins.axis
             y = _REDUCE[ins.fn](_compute_dtype(x), axis=axis, keepdims=True)
-            y = y.astype(np.int64 if ins.fn in isa.ARG_REDUCE else x.dtype)
+            y = _cast(y, np.int64 if ins.fn in isa.ARG_REDUCE else x.dtype)
             if self.counting:
                 c.add_flops(c.vector_flops, _dtype_name(x), x.size)
             regs[ins.dst] = y
@@ -641,7 +645,7 @@ class _Run:
             shape = np.broadcast_shapes(shape, mask.shape)
             mask = np.broadcast_to(mask, shape)
         offsets = np.broadcast_to(offsets, shape)
-        value = np.broadcast_to(value.astype(dtype, copy=False), shape)
+        value = np.broadcast_to(_cast(value, dtype), shape)
         if mask is not None:
             offsets, value, full = offsets[mask], value[mask], offsets.shape
         else:
@@ -691,7 +695,7 @@ class _Run:
             acc = self.space.gather(uniq, dtype)
             acc = _compute_dtype(acc).copy()
             ufunc.at(acc, inverse, work)          # sequential in contribution order: deterministic
-            self.space.scatter(uniq, acc.astype(dtype))
+            self.space.scatter(uniq, _cast(acc, dtype))
             if self.counting:
                 self.c.bytes_read += uniq.size * dtype.itemsize
                 self.c.bytes_written += uniq.size * dtype.itemsize
@@ -834,7 +838,7 @@ def _operation(ins, how, n: int):
             x = regs[a]
             with np.errstate(all="ignore"):
                 y = fn(x, regs[b])
-            regs[dst] = y if y.dtype == np.bool_ else y.astype(x.dtype, copy=False)
+            regs[dst] = y if y.dtype == np.bool_ else _cast(y, x.dtype)
         return binary
     if how is _PLAIN_UNARY:
         fn, src, dst = _UNARY[ins.fn], ins.src, ins.dst
@@ -843,7 +847,7 @@ def _operation(ins, how, n: int):
             x = regs[src]
             with np.errstate(all="ignore"):
                 y = fn(x)
-            regs[dst] = y if y.dtype == np.bool_ else y.astype(x.dtype, copy=False)
+            regs[dst] = y if y.dtype == np.bool_ else _cast(y, x.dtype)
         return unary
     if how is _DYNAMIC:
         def dynamic(regs, args, space, replay):
@@ -885,7 +889,7 @@ def _operation(ins, how, n: int):
         value = regs[src]
         if value.shape != vshape:
             value = value.reshape(vshape)
-        value = value.astype(dtype, copy=False)
+        value = _cast(value, dtype)
         if value.shape != shape:
             value = np.broadcast_to(value, shape)
         values = value[mask] if mask is not None else np.ascontiguousarray(value).ravel()
@@ -1004,7 +1008,16 @@ def _replay(program: isa.Program, recording: _Recording, grid: tuple[int, int, i
 
 def execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
             space: AddressSpace) -> Counters:
-    """Run ``program`` over ``grid`` in ``space`` with ``args`` (parameter name -> value)."""
+    """Run ``program`` over ``grid`` in ``space`` with ``args`` (parameter name -> value).
+
+    Arithmetic is IEEE without traps, as on a device: ``inf - inf``, ``0 * nan`` in a matrix
+    product, a float overflow give NaN or inf in the tile and raise no host warning."""
+    with np.errstate(all="ignore"):
+        return _execute(program, grid, args, space)
+
+
+def _execute(program: isa.Program, grid: tuple[int, int, int], args: dict,
+             space: AddressSpace) -> Counters:
     info = _program_info(program)
     missing = [name for name in info.names if name not in args]
     if missing:

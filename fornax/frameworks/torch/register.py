@@ -21,7 +21,8 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from . import autocast as _autocast
 from . import device as _device_module
-from . import eager, fused
+from . import eager, fused, histogram
+from . import module_apply as _module_apply
 from . import profiler as _profiler
 from . import tensors as T
 
@@ -48,7 +49,7 @@ def register() -> None:
     for name in METADATA_OPS:
         op = _overload(name)
         impl.impl(name, _redispatch_cpu(op), "PrivateUse1")
-    for name, fn in {**_KERNELS, **fused.KERNELS}.items():
+    for name, fn in {**_KERNELS, **fused.KERNELS, **histogram.KERNELS}.items():
         impl.impl(name, _accounted(name, fn), "PrivateUse1")
     _register_lowered(impl)
     fallback = torch.library.Library("_", "IMPL")
@@ -57,6 +58,7 @@ def register() -> None:
     _autocast.register(LIBRARIES)
     _patch_storage()
     _profiler.install()
+    _module_apply.install()
     setattr(torch, _FLAG, True)
 
 
@@ -67,7 +69,8 @@ def _register_lowered(impl) -> None:
     (a backend kernel would shadow their autograd), as are those already registered here."""
     from .lowering import LOWERED_OPS
     # copies may cross devices: PyTorch's own copy_ sends them to _copy_from
-    taken = set(METADATA_OPS) | set(_KERNELS) | set(fused.KERNELS) | {"copy_", "copy"}
+    taken = set(METADATA_OPS) | set(_KERNELS) | set(fused.KERNELS) | set(histogram.KERNELS) | \
+        {"copy_", "copy"}
     for key in sorted(LOWERED_OPS):
         name = key.removeprefix("aten::").removesuffix(".default")
         if name in taken or name.startswith("_foreach"):
