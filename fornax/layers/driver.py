@@ -25,6 +25,7 @@ from ..sim.faults import InvalidProgram, PageFault, SimError
 from ..sim.isa import Program
 from ..sim.memory import AddressSpace, MemoryKind, defer
 from ..sim.timeline import HardwareQueue, Packet, Semaphore
+from ..sim.verify import IllTypedProgram, check_module
 from .binary import ContainerError, KernelBinary
 from .errors import ErrorTable, FornaxError
 
@@ -635,13 +636,13 @@ class DriverBase:
             self.counts["jit_compiles" if how == "jit" else "il_builds"] += 1
             self.module_load_s += cost         # a build that fails has still taken its time
         try:
-            kernels = self.decode_image(binary)
+            kernels = check_module(self.decode_image(binary))    # ill-typed tiles: a build error
         except (ContainerError, InvalidProgram, UnicodeDecodeError) as exc:
             condition = "build_failure" if how in ("jit", "built") else "corrupt_image"
             log = f"{binary.format} build for {device_target} failed: {exc}"
-            self.last_build_log = log if how != "loaded" else ""
+            self.last_build_log = log if how != "loaded" or isinstance(exc, IllTypedProgram) else ""
             err = self.fail(condition, f"{binary.format} image rejected: {exc}", call="load_module",
-                            hint="read the error's build_log" if how != "loaded" else
+                            hint="read the error's build_log" if self.last_build_log else
                             "the binary is corrupt or was not produced for this format")
             err.build_log = self.last_build_log
             raise err from None

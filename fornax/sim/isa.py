@@ -262,7 +262,9 @@ def _reads(ins) -> list[str]:
 
 
 def verify(program: Program) -> Program:
-    """Check a program is well formed; raise :class:`InvalidProgram` naming the first problem."""
+    """Check a program is well formed; raise :class:`InvalidProgram` naming the first problem.
+    (Tile shapes and dtypes are checked by :func:`fornax.sim.verify.check_types` when a driver
+    loads the module.)"""
     try:
         return _verify(program)
     except TypeError as exc:
