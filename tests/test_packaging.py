@@ -31,3 +31,14 @@ def test_a_fresh_venv_installs_fornax_and_autoloads_it(tmp_path):
     out = qc.subprocess.run([python, "-c", "import fornax; print(fornax.__file__)"],
                             capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert str(tmp_path) in out and str(qc.source_root()) not in out
+
+
+@pytest.mark.parametrize("first", ["fornax.frameworks.torch", "fornax.frameworks.torch.register",
+                                   "fornax.frameworks.torch.tensors", "fornax.cli.main"])
+def test_importing_fornax_first_still_registers_the_device(first):
+    # fornax's own import imports torch, whose autoload hook runs while that import is
+    # still under way: the hook must step aside, and the device still ends up registered
+    code = f"import {first}, torch; print(torch.empty(2, device='fornax').device)"
+    r = qc.subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=qc._clean_env(), cwd=qc.tempfile.gettempdir())
+    assert (r.returncode, r.stdout.strip()) == (0, "fornax:0"), r.stderr[-600:]
