@@ -417,7 +417,9 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     program = kb.program(group_size=group_size, kind="reduction", width=width,
                          registers=POINTWISE_REGISTERS, shared_memory=group_size * 8)  # partials
     grid = (rows, 1, 1)
-    est = static_counters(program, grid, {mask: rows * length} if mask is not None else {})
+    # the row mask, and the masks of masked loads (slice, pad, concat) inside the row
+    active = {mask: rows * length} if mask is not None else {}
+    est = static_counters(program, grid, {**active, **em.active})
     est.update(kind="counters",
                read=_footprint([(o.param, o.value.type.nbytes) for o in ins.values()]),
                write=_footprint([(o.param, o.value.type.nbytes) for o in outs.values()]))

@@ -26,14 +26,14 @@ How a :class:`Program` runs:
 **Splitting.**  An FX node without a lowering (:class:`~.lowering.NotLowerable`: an op
 missing from the table, a dtype without a graph dtype, random numbers, data-dependent
 shapes, a zero-element operand) does not stop the compile: the graph is split around
-it and the node runs with PyTorch on the CPU (its operands copied to the host and its
-results back to the device when the program runs on ``fornax`` tensors; seeded random
-ops draw from the CPU generator, so ``torch.manual_seed`` reproduces eager).  Every
+it and the node runs with PyTorch on the CPU (operands copied to the host and results
+back when the program runs on ``fornax`` tensors; seeded random ops draw from the CPU
+generator, so ``torch.manual_seed`` reproduces eager) — but a library's custom operator
+with a device-generic body runs eagerly on the device (:mod:`.fx_rewrites`).  Every
 lowered node goes into the earliest piece its inputs allow, so only nodes that depend
 on a torch-run result land after it.  A piece the compiler seam refuses runs its FX
 nodes with PyTorch on the CPU the same way.  ``_assert_tensor_metadata`` nodes (left
-by ``torch.export``) are dropped: the static graph types and the input check guarantee
-what they assert.
+by ``torch.export``) are dropped: static graph types guarantee what they assert.
 
 **The SDPA trap.**  PyTorch's core ATen table decomposes the CPU flash-attention op
 ``_scaled_dot_product_flash_attention_for_cpu`` into the math form, but the second
@@ -70,11 +70,12 @@ Dynamo trace the eager kernels and the simulator as user code.
 
 Honest limits: outputs never alias inputs (an output that is a view of an input is a
 copy with the view's sizes and strides; AOTAutograd regenerates real aliases of inputs
-itself); a zero-element tensor feeding an op (``cat`` with an empty piece) sends that
-op to PyTorch; exported programs run without autograd, and buffers an exported program
-mutates (BatchNorm in training) are updated in the :class:`Exported`'s own copy of the
-state dict, not in the module; graphs whose inputs are ``torch.Generator`` s, opaque
-objects or effect tokens are not supported by :func:`export`.
+itself); a zero-element tensor feeding an op sends that op to PyTorch (but ``cat`` drops
+empty pieces, and ``empty*`` lower as zeros: :mod:`.fx_rewrites`); exported programs run
+without autograd, and buffers an exported program mutates (BatchNorm in training) are
+updated in the :class:`Exported`'s own copy of the state dict, not in the module; graphs
+whose inputs are ``torch.Generator`` s, opaque objects or effect tokens are not supported
+by :func:`export`.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ from ...layers.errors import (BinaryError, CompileError, FornaxError, GraphError
 from ...layers.graph import Graph, Value
 from . import tensors as T
 from .eager import materialize
+from .fx_rewrites import eager_on_device, rewrite
 from .lowering import (DTYPE_TO_TORCH, TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lower,
                        op_key)
 from .session import Session, current
@@ -283,12 +285,9 @@ def _out_metas(node) -> list[OutMeta | None]:
     if isinstance(val, (tuple, list)):
         outs = []
         for v in val:
-            if isinstance(v, torch.Tensor):
-                outs.append(OutMeta.of(v))
-            elif v is None or isinstance(v, (int, float, bool)):
-                outs.append(None)
-            else:
+            if not isinstance(v, (torch.Tensor, int, float, bool)) and v is not None:
                 raise NotLowerable(f"{_node_name(node)}: a nested or symbolic result")
+            outs.append(OutMeta.of(v) if isinstance(v, torch.Tensor) else None)
         return outs
     raise NotLowerable(f"{_node_name(node)}: torch recorded no tensor result for it")
 
@@ -314,7 +313,7 @@ class _Segment:
 @dataclass
 class _TorchStep:
     node: object
-    reason: str | None                                   # None: plain Python (getitem), not counted
+    reason: str | None      # None: runs where its operands are (getitem, a library's op), not counted
 
 
 class Program:
@@ -374,10 +373,11 @@ class Program:
                     lowered.add(m)
                 stats.record(f"graph:{name}", "native")
             except NotLowerable as exc:
-                reason = str(exc)
-                stats.record(f"graph:{name}", "fallback", f"{reason}; runs with PyTorch on the CPU")
+                local, reason = eager_on_device(node), str(exc)     # local: runs on the operands' device
+                stats.record(f"graph:{name}", *(("decomposed", local) if local else
+                                                ("fallback", f"{reason}; runs with PyTorch on the CPU")))
                 stage[node] = after
-                torch_steps.setdefault(after, []).append(_TorchStep(node, reason))
+                torch_steps.setdefault(after, []).append(_TorchStep(node, None if local else reason))
         for k in sorted(set(segs) | set(torch_steps)):
             if k in segs and self._close(segs[k]):
                 self.steps.append(segs[k])
@@ -424,10 +424,9 @@ class Program:
             if outs and all(o is not None and math.prod(o.shape) == 0 for o in outs):
                 res = [None] * len(outs)          # nothing to compute: every result is empty
             else:
-                args = map_aggregate(node.args, conv)
-                kwargs = map_aggregate(dict(node.kwargs), conv)
+                target, args, kwargs = rewrite(node)       # empties as zeros, no empty cat pieces
                 ctx = LowerCtx(g, outs, seg.consts)
-                res = lower(ctx, node.target, tuple(args), dict(kwargs))
+                res = lower(ctx, target, tuple(map_aggregate(args, conv)), dict(map_aggregate(kwargs, conv)))
             multi = not isinstance(node.meta.get("val"), torch.Tensor)
             if multi and any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
                 raise NotLowerable(f"{_node_name(node)}: its tuple result is used whole")

@@ -3111,6 +3111,7 @@ def _register_inplace() -> None:
 
 _register_inplace()
 _TABLE["aten::pow_.Tensor"] = pow_
+from . import histc_lowering  # noqa: E402,F401  (registers aten::histc of integers)
 
 #: the overload names of every lowered op
 LOWERED_OPS: frozenset[str] = frozenset(_TABLE)
