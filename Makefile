@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench lint clean conformance-torch
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# PyTorch's OpInfos, ModuleInfos and OptimInfos on every family (FAMILY=rocm-like: one), everything
+conformance-torch: $(STAMP)
+	$(BIN)/python -m fornax.contracts.torch_suite $(if $(FAMILY),--family $(FAMILY))
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

@@ -1,0 +1,154 @@
+"""Every OptimInfo of PyTorch's ``optim_db`` on the fornax device, against the CPU.
+
+``@optims(optim_db)`` parametrizes over OptimInfos (float32).  The configurations are
+``optim_inputs_func`` plus the implementation flags PyTorch's own helper adds for the device
+(``_get_optim_inputs_including_global_cliquey_kwargs``: ``foreach`` where the device has
+foreach kernels, which PyTorch grants every PrivateUse1 backend), and ``fused=True`` for
+the optimizers whose fused kernel PyTorch ships for the CPU (the reference).  Each
+configuration is one sample: three steps on a small linear model (a sparse embedding for
+the sparse-only optimizer), the same seeded data on both devices; the parameters after
+every step must match the CPU's.  Variants: ``step`` (plain), ``foreach``, ``fused``.
+``capturable`` configurations run with ``capturable=False`` on the CPU (the CPU refuses
+it; the arithmetic is the same).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_optimizers import (
+    OptimizerInput, _get_optim_inputs_including_global_cliquey_kwargs, optim_db, optims)
+from torch.testing._internal.common_utils import TestCase
+from torch.utils._pytree import tree_map
+
+import fornax.frameworks.torch  # noqa: F401  (the device, even without the autoload entry point)
+
+from . import compare, selection
+from .record import Check
+
+DEVICE = "fornax"
+STEPS = 3
+SELECTED = selection.select("optims", optim_db, lambda o: o.name)
+
+
+def configurations(info, device) -> list[OptimizerInput]:
+    inputs = _get_optim_inputs_including_global_cliquey_kwargs(device, torch.float32, info, skip=("differentiable",))
+    if "fused" in info.supported_impls and "cpu" in info.supports_fused_on \
+            and not any(i.kwargs.get("fused") for i in inputs):
+        inputs += [OptimizerInput(params=None, kwargs={**i.kwargs, "fused": True, "foreach": False},
+                                  desc=f"{i.desc} fused") for i in info.optim_inputs_func(device)]
+    return inputs
+
+
+def variant_of(kwargs) -> str:
+    return "fused" if kwargs.get("fused") else "foreach" if kwargs.get("foreach") else "step"
+
+
+def _params(device, with_bias: bool):
+    gen = torch.Generator().manual_seed(0)
+    ps = [torch.randn(4, 3, generator=gen), torch.randn(3, 5, generator=gen)]
+    if with_bias:
+        ps.append(torch.randn(4, generator=gen))
+    return [p.to(device).requires_grad_(True) for p in ps]
+
+
+def _loss(info, params, step: int):
+    gen = torch.Generator().manual_seed(100 + step)
+    dev = params[0].device
+    if info.only_supports_sparse_grads:
+        idx = torch.randint(0, 4, (6,), generator=gen).to(dev)
+        return F.embedding(idx, params[0], sparse=True).pow(2).sum() + F.embedding(
+            idx.remainder(3), params[1], sparse=True).pow(2).sum()
+    x = torch.randn(5, 2, generator=gen).to(dev)
+    y = params[0] @ (params[1] @ x)
+    if len(params) > 2:
+        y = y + params[2][:, None]
+    return (y.tanh() ** 2).sum()
+
+
+def _trajectory(info, kwargs, device, with_bias: bool) -> list:
+    params = _params(device, with_bias)
+    opt = info.optim_cls(params, **kwargs)
+    seen = []
+    for step in range(STEPS):
+        def closure():
+            opt.zero_grad()
+            loss = _loss(info, params, step)
+            loss.backward()
+            return loss
+        if info.step_requires_closure:
+            opt.step(closure)
+        else:
+            closure()
+            opt.step()
+        seen.append([p.detach().cpu().clone() for p in params])
+    return seen
+
+
+def _cpu_kwargs(kwargs):
+    kw = tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, dict(kwargs))
+    if kw.get("capturable"):
+        kw["capturable"] = False
+    return kw
+
+
+def check_config(info, config) -> str | None:
+    cpu_kwargs = _cpu_kwargs(config.kwargs)
+    with_bias = True
+    try:
+        want = _trajectory(info, cpu_kwargs, "cpu", with_bias)
+    except ValueError:                 # optimizers of matrices only (Muon) refuse the bias
+        with_bias = False
+        try:
+            want = _trajectory(info, cpu_kwargs, "cpu", with_bias)
+        except Exception as exc:
+            return None if "fused" in config.kwargs else f"CPU refused the configuration: {compare.short(exc)}"
+    except Exception as exc:
+        return None if config.kwargs.get("fused") else f"CPU refused the configuration: {compare.short(exc)}"
+    try:
+        got = _trajectory(info, config.kwargs, DEVICE, with_bias)
+    except Exception as exc:
+        return compare.short(exc)
+    for step, (g, w) in enumerate(zip(got, want)):
+        try:
+            torch.testing.assert_close(g, w)
+        except AssertionError as exc:
+            return f"after step {step + 1}: " + " ".join(str(exc).split())[:300]
+    return ""
+
+
+class TestFornaxOptims(TestCase):
+    @optims(SELECTED, dtypes=[torch.float32])
+    def test_steps(self, device, dtype, optim_info):
+        configs = configurations(optim_info, device)
+        by_variant: dict[str, list] = {}
+        for c in configs:
+            by_variant.setdefault(variant_of(c.kwargs), []).append(c)
+        checks = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning)
+            for variant, group in by_variant.items():
+                check = Check("optims", optim_info.name, "float32", variant)
+                limit = selection.sample_limit(check.entry_for() is not None)
+                for i, config in enumerate(group):
+                    if limit is not None and check.run >= limit:
+                        break
+                    check.add(check_config(optim_info, config), f"{config.desc} {config.kwargs}")
+                checks.append(check)
+        failures = []
+        for check in checks:       # every variant is recorded before the first verdict raises
+            try:
+                check.finish()
+            except BaseException as exc:     # pytest's outcomes (xfail, skip) too
+                failures.append(exc)
+        for exc in failures:
+            if isinstance(exc, AssertionError):
+                raise exc
+        if failures:
+            raise failures[0]
+
+
+instantiate_device_type_tests(TestFornaxOptims, globals(), only_for="fornax")

@@ -1,0 +1,154 @@
+"""The torch suite's runner itself: known-failure tables, staleness, and that a wrong result
+on fornax is caught (issue 14, item 1)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fornax.contracts.torch_suite import compare, run_suite
+from fornax.contracts.torch_suite.known import FAMILIES, KnownFailures
+from fornax.contracts.torch_suite.result import SuiteResult
+from fornax.contracts.torch_suite.runner import _judge_run_level
+from fornax.layers.errors import ConfigError
+
+ENTRY = '''
+[[failure]]
+kind = "ops"
+name = "{name}"
+dtype = "{dtype}"
+variant = "{variant}"
+reason = "{reason}"
+'''
+
+
+def table(tmp_path, family="cuda-like", **entry):
+    e = {"name": "abs", "dtype": "float32", "variant": "forward",
+         "reason": "listed on purpose by the runner's test", **entry}
+    path = tmp_path / f"{family}.toml"
+    path.write_text(f'family = "{family}"\n' + ENTRY.format(**e))
+    return path
+
+
+def test_the_shipped_tables_are_valid_and_name_their_family():
+    for family in FAMILIES:
+        t = KnownFailures.for_family(family)
+        assert t.family == family
+        assert all(len(e.reason) >= 12 for e in t.entries)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"variant": "sideways"}, "failure/0/variant"),
+    ({"dtype": "float99"}, "failure/0/dtype"),
+    ({"reason": "fails"}, "failure/0/reason"),
+])
+def test_the_schema_rejects_a_bad_table(tmp_path, entry, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        KnownFailures.load(table(tmp_path, **entry))
+    assert str(tmp_path) in str(info.value)
+
+
+def test_a_table_without_reason_or_with_a_repeated_entry_is_rejected(tmp_path):
+    bad = tmp_path / "cuda-like.toml"
+    bad.write_text('family = "cuda-like"\n[[failure]]\nkind = "ops"\nname = "abs"\ndtype = "float32"\n'
+                   'variant = "forward"\n')
+    with pytest.raises(ConfigError, match="'reason' is a required property"):
+        KnownFailures.load(bad)
+    twice = table(tmp_path)
+    twice.write_text(twice.read_text() + ENTRY.format(name="abs", dtype="float32", variant="forward",
+                                                      reason="the same entry a second time"))
+    with pytest.raises(ConfigError, match=r"failure\[1\] repeats failure\[0\]"):
+        KnownFailures.load(twice)
+
+
+def test_a_stale_entry_fails_the_run(tmp_path):
+    """abs in float32 passes on fornax: an entry saying it fails is stale, and the run not ok."""
+    r = run_suite("cuda-like", kinds=("ops",), only=("abs",), dtypes=("float32",),
+                  known_failures=table(tmp_path))
+    assert r.stale == ["ops:abs:float32:forward"]
+    assert r.kinds["ops"]["float32"].stale == 1
+    assert r.kinds["ops"]["float32"].failed == 0 and r.kinds["ops"]["float32"].run > 0
+    assert not r.ok
+    assert r.to_json()["stale"] == ["ops:abs:float32:forward"]
+
+
+def test_a_table_of_another_family_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="is the table of rocm-like, not of cuda-like"):
+        run_suite("cuda-like", only=("abs",), known_failures=table(tmp_path, family="rocm-like"))
+
+
+def test_wildcard_and_module_entries_are_judged_over_the_run():
+    r = SuiteResult("cuda-like", False)
+    rec = {"kind": "modules", "name": "nn.Linear", "dtype": "float32", "variant": "to", "run": 2, "passed": 2,
+           "failed": 0, "errors": [], "outcome": "passed", "reason": "x", "entry": "modules:nn.Linear:float32:to",
+           "wildcard": True}
+    known = dict(rec, name="nn.GRU", entry="modules:nn.GRU:float32:to", outcome="known", passed=1, failed=1)
+    passing_twin = dict(known, outcome="passed", passed=2, failed=0)      # eval mode passes, train fails
+    for x in (rec, known, passing_twin):
+        r.add(x)
+    _judge_run_level(r, [rec, known, passing_twin], None)
+    assert r.stale == ["modules:nn.Linear:float32:to"]
+    c = r.kinds["modules"]["all"]
+    assert (c.run, c.passed, c.known, c.failed, c.stale) == (6, 5, 1, 0, 1)
+
+
+# -- the comparison catches what it must ------------------------------------------------------
+@pytest.fixture(scope="module")
+def abs_op():
+    from torch.testing._internal.common_methods_invocations import op_db
+    return next(o for o in op_db if o.name == "abs" and not o.variant_test_name)
+
+
+class Wrong:
+    """An OpInfo whose op computes something else (or raises, or stays on the CPU) on fornax."""
+
+    def __init__(self, op, on_fornax):
+        self.op, self.on_fornax = op, on_fornax
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __call__(self, x, *args, **kwargs):
+        return self.on_fornax(x) if x.device.type == "fornax" else self.op(x, *args, **kwargs)
+
+
+def _sample(op):
+    return next(iter(op.sample_inputs("fornax", torch.float32)))
+
+
+def test_a_wrong_value_on_fornax_is_caught(abs_op):
+    s = _sample(abs_op)
+    assert compare.forward(abs_op, s, torch.float32, 0) == ""
+    why = compare.forward(Wrong(abs_op, lambda x: x.abs() + 1e-3), s, torch.float32, 0)
+    assert "Tensor-likes are not close" in why
+
+
+def test_a_result_left_on_the_cpu_is_caught(abs_op):
+    why = compare.forward(Wrong(abs_op, lambda x: x.cpu().abs()), _sample(abs_op), torch.float32, 0)
+    assert why == "a result is on cpu, not on fornax"
+
+
+def test_error_parity_is_required(abs_op):
+    def raising(x):
+        raise ValueError("only on fornax")
+
+    assert compare.forward(Wrong(abs_op, raising), _sample(abs_op), torch.float32, 0) == \
+        "ValueError: only on fornax"
+    cpu_raises = Wrong(abs_op, lambda x: x.abs())
+    cpu_raises.op = lambda x, *a, **k: (_ for _ in ()).throw(RuntimeError("only on CPU"))
+    why = compare.forward(cpu_raises, _sample(abs_op), torch.float32, 0)
+    assert why == "CPU raised RuntimeError: only on CPU; fornax raised nothing"
+
+
+def test_a_wrong_gradient_is_caught(abs_op):
+    s = next(iter(abs_op.sample_inputs("fornax", torch.float32, requires_grad=True)))
+    assert compare.backward(abs_op, s, torch.float32, 0) == ""
+    why = compare.backward(Wrong(abs_op, lambda x: x.abs() * 1.01), s, torch.float32, 0)
+    assert "Tensor-likes are not close" in why
+
+
+def test_onlyNativeDeviceTypes_sees_fornax():
+    from torch.testing._internal.common_utils import NATIVE_DEVICES
+    from torch.testing._internal.common_device_type import PrivateUse1TestBase, get_device_type_test_bases
+    assert "fornax" in NATIVE_DEVICES
+    assert PrivateUse1TestBase in get_device_type_test_bases()
