@@ -318,17 +318,19 @@ def _reference(name: str, seed: int) -> tuple[dict, float]:
     return ref, time.perf_counter() - t0
 
 
-def run_program(name: str, vendor: str = "cuda-like", seed: int = 0) -> ZooResult:
+def run_program(name: str, vendor: str = "cuda-like", seed: int = 0, stack=None) -> ZooResult:
     """Run zoo program ``name`` through ``fornax.frameworks.jax.jit`` on a fresh client of
-    ``vendor`` and through ``jax.jit`` on the CPU; compare every output."""
+    ``vendor`` (or of the composed ``stack``, any mix of seams) and through ``jax.jit`` on
+    the CPU; compare every output."""
     import fornax.frameworks.jax as fj
 
     prog = get_program(name)
-    if vendor not in FAMILIES:
+    if stack is None and vendor not in FAMILIES:
         raise ConfigError(f"unknown vendor family {vendor!r} for the jax zoo; available: {', '.join(FAMILIES)}")
-    result = ZooResult(name, vendor, prog.tolerance)
+    label = stack.describe() if stack is not None else vendor
+    result = ZooResult(name, label, prog.tolerance)
     ref, result.reference_wall_s = _reference(name, seed)
-    client = fj.Client.for_vendor(vendor)
+    client = fj.Client(stack, "fornax qualify") if stack is not None else fj.Client.for_vendor(vendor)
     t0 = time.perf_counter()
     try:
         got = prog.run(functools.partial(fj.jit, stack=client), seed)
