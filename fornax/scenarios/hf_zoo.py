@@ -34,8 +34,10 @@ once per process and every family's run compares with the same one.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -270,21 +272,38 @@ def run_model(name: str, vendor: str | None, modes=MODES) -> ModelResult:
     if vendor is not None:
         use_stack(vendor)
     result = ModelResult(name, vendor or current().describe())
-    for mode in modes:
-        if mode == "generate" and not zoo.generative:
-            continue
-        start = time.perf_counter()
-        try:
-            want = reference(name, mode)
-            before = report()["fallbacks"]
-            got = _run_mode(zoo, mode)
-            res = _compare(got, want)
-            res.fallbacks = rows_delta(before, report()["fallbacks"], "op")
-        except Exception as exc:                      # noqa: BLE001 - reported per mode
-            res = ModeResult(False, None, None, _describe(exc))
-        res.seconds = time.perf_counter() - start
-        result.modes[mode] = res
+    with _quiet_clients():
+        for mode in modes:
+            if mode == "generate" and not zoo.generative:
+                continue
+            start = time.perf_counter()
+            try:
+                want = reference(name, mode)
+                before = report()["fallbacks"]
+                got = _run_mode(zoo, mode)
+                res = _compare(got, want)
+                res.fallbacks = rows_delta(before, report()["fallbacks"], "op")
+            except Exception as exc:                      # noqa: BLE001 - reported per mode
+                res = ModeResult(False, None, None, _describe(exc))
+            res.seconds = time.perf_counter() - start
+            result.modes[mode] = res
     return result
+
+
+@contextlib.contextmanager
+def _quiet_clients():
+    """transformers' notices (no Mamba kernel package, so its reference PyTorch path runs)
+    and Dynamo's note on transformers' lru_cache helpers are about the libraries, not the
+    device: keep them out of a run's output."""
+    import transformers
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
+            yield
+    finally:
+        transformers.logging.set_verbosity(level)
 
 
 def _describe(exc: BaseException) -> str:
