@@ -18,7 +18,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --select F fornax tests benchmarks
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile   # two workers, a file's tests on one
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

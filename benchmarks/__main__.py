@@ -17,8 +17,8 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import (calibration, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, shape_only,
-               torch_frontend)
+from . import (calibration, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, real_clients,
+               shape_only, torch_frontend)
 
 from . import REPEATS
 from . import best as _best
@@ -77,6 +77,7 @@ def main() -> None:
     torch_frontend.main()
     jax_frontend.main()
     opinfo.main()
+    real_clients.main()
 
 
 if __name__ == "__main__":

@@ -140,6 +140,10 @@ class Timeline:
             self.engines[f"copy{i}"] = 0.0
         self.queues: list[HardwareQueue] = []
         self.records: list[Record] = []
+        # a long-lived user (the torch eager device) bounds the history: past the limit the
+        # oldest half goes, counted in records_dropped (None keeps every record)
+        self.record_limit: int | None = None
+        self.records_dropped = 0
         self._last_end = -math.inf   # the latest end of any record (records are only appended)
         self.now = 0.0              # start of the packet running now (the power model reads it)
         self.race_detector = RaceDetector()
@@ -228,6 +232,10 @@ class Timeline:
         record = Record(packet.label, packet.kind, q.id, engine, start, end, error,
                         notes["reads"], notes["writes"], notes["args"], clock)
         self.records.append(record)
+        if self.record_limit is not None and len(self.records) > self.record_limit:
+            drop = len(self.records) - self.record_limit // 2
+            del self.records[:drop]
+            self.records_dropped += drop
         if end > self._last_end:
             self._last_end = end
         self._finish(record, q, clock)

@@ -102,7 +102,7 @@ def test_real_client_evidence_rows(full):
         assert case["model"] == "gpt2" and case["ok"] and set(case["modes"]) == modes, case
         assert all(m["ok"] and m["max_error"] is not None for m in case["modes"].values())
     (prog,) = evidence(doc, "L4.jax_ecosystem")["cases"]
-    assert prog["program"] == "cnn" and prog["ok"] and prog["fallbacks"] == []
+    assert prog["program"] == "cnn" and prog["ok"] and prog["fallbacks"] == [], evidence(doc, "L4.jax_ecosystem")["detail"]
     assert "import torch registers fornax" in evidence(doc, "L0.packaging")["detail"]
     prof = evidence(doc, "L7.profiling")
     assert prof["passed"] and prof["value"] > 0 and "aten::addmm" in prof["detail"]

@@ -26,7 +26,7 @@ def table(tmp_path, family="cuda-like", **entry):
     e = {"name": "abs", "dtype": "float32", "variant": "forward",
          "reason": "listed on purpose by the runner's test", **entry}
     path = tmp_path / f"{family}.toml"
-    path.write_text(f'family = "{family}"\n' + ENTRY.format(**e))
+    path.write_text(f'schema = "fornax.known-failures/1"\nfamily = "{family}"\n' + ENTRY.format(**e))
     return path
 
 
@@ -50,7 +50,7 @@ def test_the_schema_rejects_a_bad_table(tmp_path, entry, message):
 
 def test_a_table_without_reason_or_with_a_repeated_entry_is_rejected(tmp_path):
     bad = tmp_path / "cuda-like.toml"
-    bad.write_text('family = "cuda-like"\n[[failure]]\nkind = "ops"\nname = "abs"\ndtype = "float32"\n'
+    bad.write_text('schema = "fornax.known-failures/1"\nfamily = "cuda-like"\n[[failure]]\nkind = "ops"\nname = "abs"\ndtype = "float32"\n'
                    'variant = "forward"\n')
     with pytest.raises(ConfigError, match="'reason' is a required property"):
         KnownFailures.load(bad)

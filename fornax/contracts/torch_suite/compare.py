@@ -95,13 +95,25 @@ UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "new_empty_stride
                            "empty_permuted"})
 
 
-def same(got, want, op, dtype) -> str:
-    """"" when ``got`` (fornax results) matches ``want`` (CPU results), else why not."""
+def home(sample) -> str:
+    """The device a sample's results belong on: the one its ``device=`` argument names, else
+    fornax when any input is a fornax tensor, else the CPU (a factory given only numbers, or
+    PyTorch's ``*_like`` samples that ask for ``device="cpu"`` on purpose)."""
+    asked = sample.kwargs.get("device")
+    if asked is not None:
+        return torch.device(asked).type
+    leaves = tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+    return DEVICE if any(isinstance(x, torch.Tensor) and x.device.type == DEVICE for x in leaves) else "cpu"
+
+
+def same(got, want, op, dtype, where: str = DEVICE) -> str:
+    """"" when ``got`` (fornax results) matches ``want`` (CPU results) and sits on ``where``,
+    else why not."""
     g_flat, w_flat = tree_flatten(got)[0], tree_flatten(want)[0]
     for g, w in zip(g_flat, w_flat):
         if isinstance(w, torch.Tensor) and w.device.type == "cpu" and isinstance(g, torch.Tensor) \
-                and g.device.type != DEVICE:
-            return f"a result is on {g.device}, not on {DEVICE}"
+                and g.device.type != where:
+            return f"a result is on {g.device}, not on {where}"
     if op.name in UNINITIALISED:
         meta = (lambda t: (tuple(t.shape), t.dtype, t.stride()) if isinstance(t, torch.Tensor) else t)
         g_meta, w_meta = [meta(t) for t in g_flat], [meta(t) for t in w_flat]
@@ -118,7 +130,7 @@ def forward(op, sample, dtype, seed) -> str | None:
     want, cpu_exc = _run(lambda: cpu.output_process_fn_grad(op(cpu.input, *cpu.args, **cpu.kwargs)), seed)
     got, dev_exc = _run(lambda: sample.output_process_fn_grad(op(sample.input, *sample.args, **sample.kwargs)), seed)
     why = _parity(cpu_exc, dev_exc)
-    return why if why is not None else same(got, want, op, dtype)
+    return why if why is not None else same(got, want, op, dtype, home(sample))
 
 
 def noncontiguous(op, sample, dtype, seed) -> str | None:
@@ -130,7 +142,7 @@ def noncontiguous(op, sample, dtype, seed) -> str | None:
     want, cpu_exc = _run(lambda: cpu.output_process_fn_grad(op(cpu.input, *cpu.args, **cpu.kwargs)), seed)
     got, dev_exc = _run(lambda: nc.output_process_fn_grad(op(nc.input, *nc.args, **nc.kwargs)), seed)
     why = _parity(cpu_exc, dev_exc)
-    return why if why is not None else same(got, want, op, dtype)
+    return why if why is not None else same(got, want, op, dtype, home(nc))
 
 
 def _tensors_only(x) -> bool:

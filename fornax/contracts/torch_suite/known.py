@@ -3,6 +3,7 @@
 ``known_failures/<family>.toml`` lists what PyTorch's OpInfo, ModuleInfo and OptimInfo
 checks find different on that family's fornax device::
 
+    schema = "fornax.known-failures/1"
     family = "cuda-like"
 
     [[failure]]

@@ -56,26 +56,36 @@ def run_check(device, dtype, op, variant: str) -> None:
     check.finish()
 
 
+def _ops(op_list, **kwargs):
+    """PyTorch's ``@ops``, except that a variant none of the selected OpInfos has (a shard or
+    an ``only`` list without an out= op, say) defines no test instead of refusing the list."""
+    if op_list:
+        return ops(op_list, **kwargs)
+    return lambda fn: None
+
+
 class TestFornaxOps(TestCase):
-    @ops(SELECTED, allowed_dtypes=DTYPES)
+    @_ops(SELECTED, allowed_dtypes=DTYPES)
     def test_forward(self, device, dtype, op):
         run_check(device, dtype, op, "forward")
 
-    @ops(SELECTED, allowed_dtypes=DTYPES)
+    @_ops(SELECTED, allowed_dtypes=DTYPES)
     def test_noncontiguous(self, device, dtype, op):
         run_check(device, dtype, op, "noncontiguous")
 
-    @ops(WITH_OUT, allowed_dtypes=DTYPES)
+    @_ops(WITH_OUT, allowed_dtypes=DTYPES)
     def test_out(self, device, dtype, op):
         run_check(device, dtype, op, "out")
 
-    @ops(WITH_INPLACE, allowed_dtypes=DTYPES)
+    @_ops(WITH_INPLACE, allowed_dtypes=DTYPES)
     def test_inplace(self, device, dtype, op):
         run_check(device, dtype, op, "inplace")
 
-    @ops(WITH_AUTOGRAD if torch.float32 in DTYPES else [], allowed_dtypes=(torch.float32,))
+    @_ops(WITH_AUTOGRAD if torch.float32 in DTYPES else [], allowed_dtypes=(torch.float32,))
     def test_backward(self, device, dtype, op):
         run_check(device, dtype, op, "backward")
 
 
+for _name in [n for n, v in vars(TestFornaxOps).items() if n.startswith("test_") and v is None]:
+    delattr(TestFornaxOps, _name)
 instantiate_device_type_tests(TestFornaxOps, globals(), only_for="fornax")

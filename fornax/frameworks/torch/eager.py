@@ -39,7 +39,11 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ...layers.errors import FornaxError
 from ...layers.graph import Graph
+from . import checks as _checks
+from . import mathbits as _mathbits
+from . import placement as _placement
 from . import profiler as _profiler
+from . import requested as _requested
 from . import tensors as T
 from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
 from .session import Session, current
@@ -134,10 +138,16 @@ def dispatch(op, *args, **kwargs):
 
 def _dispatch(session: Session, op, args, kwargs):
     info = op_info(op)
-    args, kwargs = _adopt_cpu_scalars(session, info, args, kwargs)
+    _checks.validate(info.name, op, args, kwargs)
+    args, kwargs = _adopt_cpu_scalars(info, op, args, kwargs)
     if info.kind == "view":
         session.stats.record(info.name, "view")
         return _view(op, args, kwargs)
+    if info.kind == "functional":
+        args, kwargs = _resolve_flags(session, args, kwargs)
+        if _requested.elsewhere(op, args, kwargs):
+            return _cpu(session, info, op, args, kwargs,
+                        "its device= argument asks for another device", home=False)
     rule = session.rules.get(op, _UNSET)
     if rule is _UNSET:
         rule = session.rules[op] = session.framework.torch_route(info.name)
@@ -167,22 +177,11 @@ def _dispatch(session: Session, op, args, kwargs):
     return _cpu(session, info, op, args, kwargs, reason)
 
 
-def _adopt_cpu_scalars(session, info, args, kwargs):
-    """0-d CPU tensors may mix with device tensors (PyTorch's "CPU scalar" rule); other CPU
-    tensors may not."""
-    if not any(isinstance(x, torch.Tensor) and x.device.type != T.DEVICE
-               for x in _tensors(args, kwargs)):
-        return args, kwargs
-
-    def adopt(x):
-        if isinstance(x, torch.Tensor) and not T.is_fornax(x):
-            if x.dim() == 0 and x.device.type == "cpu":
-                return T.to_device(x)
-            raise RuntimeError(
-                f"Expected all tensors to be on the same device, but found at least two devices, "
-                f"fornax:0 and {x.device}! ({info.name})")
-        return x
-    return tree_map(adopt, (args, kwargs))
+def _adopt_cpu_scalars(info, op, args, kwargs):
+    """CPU tensors PyTorch lets mix with device tensors (0-d "CPU scalars", advanced-indexing
+    indices) move to the device; other CPU tensors are refused (see :mod:`.placement`)."""
+    args, kwargs = _placement.wrap_numbers(op, args, kwargs)
+    return _placement.adopt(info.name, op, args, kwargs, _tensors(args, kwargs))
 
 
 def _tensors(args, kwargs) -> list:
@@ -227,8 +226,24 @@ def _view(op, args, kwargs):
         # the input whose storage the result views (same meta storage)
         src = next((s for s, ms in zip(sources, msources)
                     if ms.untyped_storage()._cdata == m.untyped_storage()._cdata), sources[0])
-        return T.wrap(src.untyped_storage(), m.shape, m.stride(), m.dtype, m.storage_offset())
+        view = T.wrap(src.untyped_storage(), m.shape, m.stride(), m.dtype, m.storage_offset())
+        return _mathbits.carry(view, m)
     return tree_map(back, res)
+
+
+def _resolve_flags(session: Session, args, kwargs):
+    """Inputs carrying PyTorch's lazy conj / neg flag replaced by their logical values
+    (device kernels read raw bytes; see :mod:`.mathbits`)."""
+    if not any(_mathbits.flagged(t) for t in _tensors(args, kwargs)):
+        return args, kwargs
+
+    def resolve(x):
+        return _mathbits.resolved(x, copy_into, _unary(session)) if T.is_fornax(x) else x
+    return tree_map(resolve, (args, kwargs))
+
+
+def _unary(session: Session):
+    return lambda op, x: _dispatch(session, op, (x,), {})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,12 +261,16 @@ def _via_functional(session, info: OpInfo, op, args, kwargs):
     else:
         outs = [args[0]]
         fargs, fkwargs = args, kwargs
+    _checks.castable(info.name, info.functional, fargs, fkwargs, outs,
+                     lambda a: tree_map(_to_meta, a))
+    fargs, fkwargs = _resolve_flags(session, fargs, fkwargs)
     finfo = op_info(info.functional)
     res = NotImplemented
     if finfo.kind == "functional" and not finfo.seeded and \
             session.framework.torch_route(finfo.name) is None:
         # straight into the destination when it is a dense tensor of the result's shape
-        res, _ = _native(session, finfo, info.functional, fargs, fkwargs, dest=outs)
+        res, _ = _native(session, finfo, info.functional, fargs, fkwargs,
+                         dest=None if any(_mathbits.flagged(o) for o in outs) else outs)
         if res is not NotImplemented and all(a is b for a, b in zip(
                 res if isinstance(res, tuple) else (res,), outs)):
             session.stats.record(info.name, "native", f"through {finfo.name}")
@@ -395,6 +414,10 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
     except NotLowerable as exc:
         return _Unlowerable(str(exc))
     except FornaxError as exc:
+        if getattr(exc, "build_log", ""):
+            # its kernel did not build (a module load's build error): the op runs on the host;
+            # nothing launched, so the context stays usable
+            return _Unlowerable(f"{info.name}: compile error: {exc.message} [{exc.code}]")
         return _Unlowerable(f"{info.name}: the {exc.seam or 'compiler'} seam refused it: {exc.message}")
     if len(plan.plan.inputs) != len(tensors):
         plan.release()
@@ -524,6 +547,8 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         return dst
     if dst.numel() == 0:
         return dst
+    if _mathbits.flagged(src) or _mathbits.flagged(dst):
+        return _mathbits.copy(dst, src.expand(dst.shape), copy_into, _unary(session))
     src = src.expand(dst.shape)
     stream = current_runtime_stream(session)
     if src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous():
@@ -588,7 +613,9 @@ def _decompositions() -> dict:
     return _DECOMPS
 
 
-def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str):
+def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str, home: bool = True):
+    """Run ``op`` on host copies of its inputs; new results come back to the device unless
+    ``home`` is False (the call asked for another device), mutated inputs always do."""
     originals: dict[int, torch.Tensor] = {}
 
     def to_cpu(x):
@@ -616,7 +643,7 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str):
             orig = originals.get(id(x))
             if orig is not None:
                 return orig
-            if x.device.type == "cpu":
+            if x.device.type == "cpu" and home:
                 return T.to_device(x)
         return x
     out = tree_map(back, res)

@@ -1484,14 +1484,14 @@ def cat(ctx, tensors, dim=0):
     vals = [ctx.cast(t, dt) for t in tensors if t is not None and math.prod(t.shape) > 0]
     if len(vals) == 1:
         return vals[0]
-    return ctx.op("concat", *vals, axis=_wrap(dim, _ndim(vals[0])))
+    return _concatenation.concat(ctx, vals, _wrap(dim, _ndim(vals[0])))
 
 
 @lowering("aten::stack.default")
 def stack(ctx, tensors, dim=0):
     d = _wrap(dim, _ndim(tensors[0]) + 1)
     vals = [unsqueeze(ctx, ctx.cast(t, ctx.out()), d) for t in tensors]
-    return vals[0] if len(vals) == 1 else ctx.op("concat", *vals, axis=d)
+    return vals[0] if len(vals) == 1 else _concatenation.concat(ctx, vals, d)
 
 
 def _split(ctx, x, sizes, d):
@@ -2146,7 +2146,13 @@ def index_add(ctx, self, dim, index, source, alpha=1):
     upd = ctx.cast(source, self.dtype)
     if alpha != 1:
         upd = ctx.op("mul", upd, ctx.scalar(alpha, self.dtype))
-    idx = _along(ctx, _reshape(ctx, _index(ctx, index), (-1,)), d, upd.shape)
+    lin = _reshape(ctx, _index(ctx, index), (-1,))
+    if _ndim(self) > 0 and _scatter.applies(lin, self):     # a long index list: sort, don't walk
+        a, k, z = math.prod(self.shape[:d]), self.shape[d], math.prod(self.shape[d + 1:])
+        out = _scatter.rows(ctx, _reshape(ctx, self, (a, k, z)), lin,
+                            _reshape(ctx, upd, (a, lin.shape[0], z)), True)
+        return _reshape(ctx, out, self.shape)
+    idx = _along(ctx, lin, d, upd.shape)
     return ctx.op("scatter", self, idx, upd, axis=d, mode="add")
 
 
@@ -2196,7 +2202,10 @@ def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
     xr, lin, before, bshape, after, xp, perm = _advanced(ctx, self, indices)
     vals = _bcast(ctx, ctx.cast(values, self.dtype), before + bshape + after)
     vals = _reshape(ctx, vals, (xr.shape[0], lin.shape[0], xr.shape[2]))
-    out = ctx.op("scatter", xr, _along(ctx, lin, 1, vals.shape), vals, axis=1, mode="add" if accumulate else "set")
+    if _scatter.applies(lin, xr):          # a long update list: sort it instead of walking it
+        out = _scatter.rows(ctx, xr, lin, vals, accumulate)
+    else:
+        out = ctx.op("scatter", xr, _along(ctx, lin, 1, vals.shape), vals, axis=1, mode="add" if accumulate else "set")
     inv = [perm.index(d) for d in range(len(perm))]
     return _permute(ctx, _reshape(ctx, out, xp.shape), inv)
 
@@ -3112,6 +3121,8 @@ def _register_inplace() -> None:
 _register_inplace()
 _TABLE["aten::pow_.Tensor"] = pow_
 from . import histc_lowering  # noqa: E402,F401  (registers aten::histc of integers)
+from . import concatenation as _concatenation  # noqa: E402
+from . import scatter as _scatter  # noqa: E402
 
 #: the overload names of every lowered op
 LOWERED_OPS: frozenset[str] = frozenset(_TABLE)

@@ -174,6 +174,10 @@ def _dense_strides(t):
 
 def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
+    if isinstance(self, torch.nn.parameter.UninitializedTensorMixin):
+        # a lazy module's placeholder refuses shape queries; moving it moves its empty data
+        with torch._C.DisableTorchFunctionSubclass():
+            self = torch.Tensor.as_subclass(self, torch.Tensor)
     dtype = dtype or self.dtype
     target = torch.device(device) if device is not None else self.device
     keep = memory_format in (None, torch.preserve_format)
@@ -202,6 +206,10 @@ def _local_scalar_dense(self):
 def _resize_(self, size, memory_format=None):
     size = tuple(int(s) for s in size)
     stride = T.contiguous_strides(size)
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        # ATen's empty_tensor_restride: channels_last (4-d) / channels_last_3d (5-d) strides,
+        # and its own error for any other rank
+        stride = torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
     need = (self.storage_offset() + T.span_elements(size, stride)) * self.element_size()
     storage = self.untyped_storage()
     if need > storage.nbytes():
@@ -255,6 +263,11 @@ _KERNELS = {
     "_to_copy": _to_copy,
     "_local_scalar_dense": _local_scalar_dense,
     "resize_": _resize_,
+    # ATen's composite mode.values admits only CPU, CUDA and XPU tensors: route it here instead
+    # (an out= op: it runs mode and writes values and indices back)
+    "mode.values": lambda *args, **kwargs: eager.dispatch(aten.mode.values, *args, **kwargs),
+    # ATen's conj_physical_ calls the CPU/CUDA kernel stub directly: route it as an in-place op
+    "conj_physical_": lambda self: eager.dispatch(aten.conj_physical_.default, self),
 }
 
 

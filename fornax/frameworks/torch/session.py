@@ -24,6 +24,8 @@ from ...layers.errors import ConfigError, FornaxError
 from ...stack import Stack, compose, load_config, make_config
 
 TAG_SHIFT = 52
+#: packets of history each device's timeline keeps for traces (its oldest half goes past this)
+RECORD_LIMIT = 100_000
 ADDRESS_MASK = (1 << TAG_SHIFT) - 1
 
 
@@ -94,6 +96,8 @@ class Session:
         self.plans: OrderedDict = OrderedDict()  # eager executables, keyed by op signature
         self.rules: dict = {}                   # ATen op -> the family's torch_route answer
         self.alive = True
+        for device in getattr(stack, "devices", ()):  # an eager process runs millions of packets
+            device.timeline.record_limit = RECORD_LIMIT
 
     # -- addresses ----------------------------------------------------------------------------
     def tag(self, address: int) -> int:

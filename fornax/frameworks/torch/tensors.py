@@ -119,7 +119,18 @@ def read(t: torch.Tensor) -> torch.Tensor:
     with session.lock:
         session.runtime.memcpy_d2h(raw, addr, _stream(session), blocking=True)
     flat = torch.from_numpy(raw).view(t.dtype)
-    return flat.as_strided(tuple(t.shape), tuple(t.stride())).clone()
+    return _flags_applied(flat.as_strided(tuple(t.shape), tuple(t.stride())).clone(), t)
+
+
+def _flags_applied(host: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``host`` negated / conjugated where ``t`` carries PyTorch's lazy neg / conj flag: the
+    flag's logical values from ``t``'s bytes, or (both are their own inverse) the bytes
+    that show ``host``'s values through ``t``."""
+    if t.is_neg():
+        host = host.neg()
+    if t.is_conj():
+        host = host.conj_physical()
+    return host
 
 
 def write(t: torch.Tensor, src: torch.Tensor) -> None:
@@ -128,7 +139,7 @@ def write(t: torch.Tensor, src: torch.Tensor) -> None:
     session = current()
     if t.numel() == 0:
         return
-    src = src.to(dtype=t.dtype).expand(t.shape)
+    src = _flags_applied(src.resolve_conj().resolve_neg().to(dtype=t.dtype), t).expand(t.shape)
     addr, nbytes = _span(t)
     stream = _stream(session)
     with session.lock:
