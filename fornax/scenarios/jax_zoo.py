@@ -312,7 +312,7 @@ def _reference(name: str, seed: int) -> tuple[dict, float]:
     computed once per process and shared by the families."""
     cpu = jax.devices("cpu")[0]
     t0 = time.perf_counter()
-    with jax.default_device(cpu):
+    with jax.default_device(cpu), jax.enable_x64(False):    # the programs are float32
         ref = ZOO[name].run(jax.jit, seed)
         ref = jax.tree_util.tree_map(np.asarray, ref)
     return ref, time.perf_counter() - t0
@@ -333,7 +333,8 @@ def run_program(name: str, vendor: str = "cuda-like", seed: int = 0, stack=None)
     client = fj.Client(stack, "fornax qualify") if stack is not None else fj.Client.for_vendor(vendor)
     t0 = time.perf_counter()
     try:
-        got = prog.run(functools.partial(fj.jit, stack=client), seed)
+        with jax.enable_x64(False):       # float32 programs, whatever the process's flag
+            got = prog.run(functools.partial(fj.jit, stack=client), seed)
     except (FornaxError, RuntimeError, ValueError, TypeError, AssertionError) as exc:
         # a failing program is a result (named, with the exception), not a crash of the sweep
         result.error = f"{type(exc).__name__}: {exc}"

@@ -97,7 +97,11 @@ def test_device_runs_match_references(vendor):
 
 def test_references_match_jax():
     jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
+    with jax.enable_x64(True):           # scoped: the flag must not leak into later tests
+        _references_match_jax(jax)
+
+
+def _references_match_jax(jax):
     lax = jax.lax
     a, b = R.standard_normal((2, 3, 4, 5)), R.standard_normal((5, 2, 6, 3))
     dims = (((3, 1), (0, 3)), ((0,), (1,)))
