@@ -152,3 +152,22 @@ def test_onlyNativeDeviceTypes_sees_fornax():
     from torch.testing._internal.common_device_type import PrivateUse1TestBase, get_device_type_test_bases
     assert "fornax" in NATIVE_DEVICES
     assert PrivateUse1TestBase in get_device_type_test_bases()
+
+
+def test_out_variants_that_return_nothing_and_the_device_of_results():
+    """unbind_copy's out= overload returns nothing on the CPU: the device must too, and its
+    out= tensors must hold CPU's values; *_like samples that ask for device="cpu" stay there."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from fornax.contracts.torch_suite import compare
+    unbind = next(o for o in op_db if o.name == "unbind_copy")
+    sample = next(iter(unbind.sample_inputs("fornax", torch.float32)))
+    assert compare.out(unbind, sample, torch.float32, 0) == ""
+    like = next(o for o in op_db if o.name == "randn_like")
+    for s in like.sample_inputs("fornax", torch.float32):
+        want = torch.device(s.kwargs["device"]).type if "device" in s.kwargs else "fornax"
+        assert compare.home(s) == want
+    factory = torch.zeros(2, device="fornax")
+    assert compare.same(factory.cpu(), torch.zeros(2), unbind, torch.float32) == \
+        "a result is on cpu, not on fornax"
