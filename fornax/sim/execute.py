@@ -182,12 +182,7 @@ _SOURCES = frozenset({isa.ProgramId, isa.Arange, isa.Const, isa.ScalarArg})
 _PURE = frozenset({isa.Unary, isa.Binary, isa.Where, isa.Convert, isa.Reshape, isa.Broadcast,
                    isa.Reduce, isa.Dot})
 _MEMORY = frozenset({isa.Load, isa.Store, isa.StoreReduce})
-_OPERANDS = {
-    isa.Unary: ("src",), isa.Binary: ("a", "b"), isa.Where: ("cond", "a", "b"), isa.Convert: ("src",),
-    isa.Reshape: ("src",), isa.Broadcast: ("src",), isa.Reduce: ("src",), isa.Load: ("offsets", "mask"),
-    isa.Store: ("offsets", "value", "mask"), isa.StoreReduce: ("offsets", "value", "mask"),
-    isa.Dot: ("a", "b", "acc"),
-}
+_OPERANDS = isa.OPERANDS
 
 
 def _frozen(arr: np.ndarray) -> np.ndarray:

@@ -251,14 +251,17 @@ class Program:
 
 
 # ---- verification ------------------------------------------------------------
+#: the register operands of each instruction that reads registers (field names)
+OPERANDS: dict[type, tuple[str, ...]] = {
+    Unary: ("src",), Binary: ("a", "b"), Where: ("cond", "a", "b"), Convert: ("src",),
+    Reshape: ("src",), Broadcast: ("src",), Reduce: ("src",), Load: ("offsets", "mask"),
+    Store: ("offsets", "value", "mask"), StoreReduce: ("offsets", "value", "mask"),
+    Dot: ("a", "b", "acc"),
+}
+
+
 def _reads(ins) -> list[str]:
-    names = {
-        Unary: ("src",), Binary: ("a", "b"), Where: ("cond", "a", "b"), Convert: ("src",),
-        Reshape: ("src",), Broadcast: ("src",), Reduce: ("src",), Load: ("offsets", "mask"),
-        Store: ("offsets", "value", "mask"), StoreReduce: ("offsets", "value", "mask"),
-        Dot: ("a", "b", "acc"),
-    }.get(type(ins), ())
-    return [getattr(ins, n) for n in names if getattr(ins, n) is not None]
+    return [getattr(ins, n) for n in OPERANDS.get(type(ins), ()) if getattr(ins, n) is not None]
 
 
 def verify(program: Program) -> Program:

@@ -236,12 +236,7 @@ class _Checker:
         env.update(state)
 
 
-_OPERANDS = {
-    isa.Unary: ("src",), isa.Binary: ("a", "b"), isa.Where: ("cond", "a", "b"), isa.Convert: ("src",),
-    isa.Reshape: ("src",), isa.Broadcast: ("src",), isa.Reduce: ("src",), isa.Load: ("offsets", "mask"),
-    isa.Store: ("offsets", "value", "mask"), isa.StoreReduce: ("offsets", "value", "mask"),
-    isa.Dot: ("a", "b", "acc"),
-}
+_OPERANDS = isa.OPERANDS
 
 
 def check_types(program: isa.Program) -> isa.Program:
