@@ -171,3 +171,48 @@ def test_out_variants_that_return_nothing_and_the_device_of_results():
     factory = torch.zeros(2, device="fornax")
     assert compare.same(factory.cpu(), torch.zeros(2), unbind, torch.float32) == \
         "a result is on cpu, not on fornax"
+
+
+# -- tolerance entries and PyTorch's own skips ------------------------------------------------
+def test_a_tolerance_entry_covers_only_what_is_within_its_bounds(abs_op, monkeypatch):
+    from fornax.contracts.torch_suite.record import WITHIN, Check
+    s = _sample(abs_op)
+    off = Wrong(abs_op, lambda x: x.abs() + 1e-4)        # beyond PyTorch's float32 default (1e-5)
+    assert not compare.forward(off, s, torch.float32, 0).startswith(WITHIN)
+    monkeypatch.setattr(compare, "TOLERANCE", {"atol": 1e-3, "rtol": 1e-5})
+    assert compare.forward(off, s, torch.float32, 0).startswith(WITHIN)
+    far = Wrong(abs_op, lambda x: x.abs() + 1e-2)
+    assert not compare.forward(far, s, torch.float32, 0).startswith(WITHIN)
+    c = Check("ops", "abs", "float32", "forward")
+    c.add(WITHIN + "close", "sample 0")
+    c.add("far off", "sample 1")
+    assert (c.failed, c.beyond) == (2, 1)
+    r = SuiteResult("cuda-like", False)
+    r.add({"kind": "ops", "name": "abs", "dtype": "float32", "variant": "forward", "run": 3, "passed": 1,
+           "failed": 2, "beyond": 1, "errors": c.errors, "outcome": "failed", "reason": "", "entry": "x",
+           "wildcard": False})
+    got = r.kinds["ops"]["float32"]
+    assert (got.failed, got.known) == (1, 1)
+    assert [f["error"] for f in r.failures] == ["sample 1: far off"]
+
+
+def test_a_tolerance_needs_both_bounds_and_an_opinfo(tmp_path):
+    path = table(tmp_path)
+    path.write_text(path.read_text() + "atol = 1e-4\n")
+    with pytest.raises(ConfigError, match="dependent|rtol"):
+        KnownFailures.load(path)
+    path.write_text(path.read_text() + "rtol = 1e-5\n")
+    assert KnownFailures.load(path).entries[0].tolerance == {"atol": 1e-4, "rtol": 1e-5}
+    path.write_text(path.read_text().replace('kind = "ops"', 'kind = "modules"'))
+    with pytest.raises(ConfigError, match="only OpInfo entries"):
+        KnownFailures.load(path)
+
+
+def test_variants_pytorch_skips_on_every_device_are_skipped_with_its_reason():
+    from torch.testing._internal.common_methods_invocations import op_db
+    op = next(o for o in op_db if o.name == "as_strided_scatter")
+    why = compare.upstream_skip(op, torch.float32, "noncontiguous")
+    assert "test_noncontiguous_samples" in why and "fails for everything else" in why
+    assert compare.upstream_skip(op, torch.float32, "forward") is None
+    abs_op = next(o for o in op_db if o.name == "abs" and not o.variant_test_name)
+    assert compare.upstream_skip(abs_op, torch.float32, "noncontiguous") is None

@@ -272,3 +272,24 @@ def test_mixtral_moe_forward_backward_matches_cpu(vendor):
     (got ** 2).sum().backward()
     torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-4)
     _close_grads(cpu, dev)
+
+
+def test_zero_tensor_gradients_arrive_as_real_zeros():
+    """``sgn``'s backward hands autograd a ZeroTensor (storage-less zeros); on fornax it is
+    materialised as zeros, as the CPU's gradient reads."""
+    x = torch.tensor([0.0, 1.5, -2.0, 3.0])
+    want, = torch.autograd.grad(torch.sgn(x.requires_grad_()).sum(), x)
+    xd = x.detach().to("fornax").requires_grad_()
+    got, = torch.autograd.grad(torch.sgn(xd).sum(), xd)
+    assert got.device.type == "fornax"
+    torch.testing.assert_close(got.cpu(), want)
+    assert not got._is_zerotensor()
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
+@pytest.mark.parametrize("convert", [lambda x: x.to_sparse_csr(), lambda x: x.to_sparse()])
+def test_a_sparse_result_is_a_clear_error_not_a_broken_copy(convert):
+    x = torch.eye(3, device="fornax")
+    with pytest.raises(NotImplementedError, match=r"stores strided \(dense\) tensors only"):
+        convert(x)
+    torch.testing.assert_close((x + 1).cpu(), torch.eye(3) + 1)      # the device keeps working

@@ -13,6 +13,13 @@ checks find different on that family's fornax device::
     variant = "forward"           # forward noncontiguous out inplace backward | to state_dict
                                   # deepcopy | step foreach fused | "*"
     reason = "what differs and why"
+    atol = 1e-4                   # optional, OpInfo entries only: a tolerance (below)
+    rtol = 1e-5
+
+An entry with ``atol`` / ``rtol`` is a *tolerance* entry, the fornax counterpart of PyTorch's
+per-device ``toleranceOverride``: the check's samples may differ from the CPU's by up to
+these (its reason says why: a different summation order, one rounding instead of two); a
+sample beyond them fails the run as if no entry covered it.
 
 The table is checked against ``fornax/schemas/known-failures.schema.json`` when it is
 loaded; a malformed table is a :class:`ConfigError` naming the file and the entry.  A check
@@ -42,6 +49,16 @@ class Entry:
     dtype: str
     variant: str
     reason: str
+    atol: float | None = None
+    rtol: float | None = None
+
+    @property
+    def tolerance(self) -> dict | None:
+        """``assert_close`` keyword arguments of a tolerance entry (the schema asks for both
+        or neither), else None."""
+        if self.atol is None or self.rtol is None:
+            return None
+        return {"atol": self.atol, "rtol": self.rtol}
 
     def covers(self, kind: str, name: str, dtype: str, variant: str) -> bool:
         return (self.kind == kind and self.name == name and self.dtype in ("*", dtype)
@@ -79,6 +96,9 @@ def validate(data: dict, where: str) -> None:
     seen: dict[str, int] = {}
     for i, item in enumerate(data["failure"]):
         key = f"{item['kind']}:{item['name']}:{item['dtype']}:{item['variant']}"
+        if ("atol" in item or "rtol" in item) and item["kind"] != "ops":
+            raise ConfigError(f"{where}: failure[{i}] ({key}) has a tolerance, which only OpInfo entries "
+                              f"(kind = \"ops\") can have", hint="remove atol/rtol or the entry")
         if key in seen:
             raise ConfigError(f"{where}: failure[{i}] repeats failure[{seen[key]}] ({key})",
                               hint="list each op, dtype and variant once")

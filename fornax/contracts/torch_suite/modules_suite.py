@@ -29,8 +29,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import fornax.frameworks.torch  # noqa: F401  (the device, even without the autoload entry point)
 
-from . import compare, selection
+from . import compare, harness, selection
 from .record import Check
+
+harness.install()
 
 DEVICE = "fornax"
 SELECTED = selection.select("modules", module_db, lambda m: m.name)
@@ -59,7 +61,7 @@ class Case:
     def __init__(self, info, mi, seed: int, training: bool):
         self.info, self.mi, self.seed, self.training = info, mi, seed, training
         cargs, ckwargs = mi.constructor_input.args, mi.constructor_input.kwargs
-        torch.manual_seed(seed)
+        harness.seed(seed)
         self.cpu = info.module_cls(*cargs, **ckwargs).train(training)
         self.build = lambda: info.module_cls(*cargs, **ckwargs)
         self.dev = copy.deepcopy(self.cpu).to(DEVICE)
@@ -67,7 +69,7 @@ class Case:
 
     def run(self, module, device):
         args, kwargs = (self.args, self.kwargs) if device == "cpu" else tree_map(_dev, (self.args, self.kwargs))
-        torch.manual_seed(self.seed)
+        harness.seed(self.seed)
         return module(*args, **kwargs), (args, kwargs)
 
 
@@ -150,7 +152,7 @@ def check_state_dict(case: Case) -> str | None:
     sd = case.dev.state_dict()
     if any(t.device.type != DEVICE for t in _tensors(sd)):
         return "state_dict() of a fornax module holds tensors off fornax"
-    torch.manual_seed(case.seed + 1)
+    harness.seed(case.seed + 1)
     fresh = case.build().to(DEVICE)
     fresh.load_state_dict(sd)
     err = _close(fresh.state_dict(), case.cpu.state_dict())
@@ -189,7 +191,7 @@ def run_check(device, dtype, info, training: bool, variant: str) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
-        torch.manual_seed(compare.seed_of(info.name, -1))
+        harness.seed(compare.seed_of(info.name, -1))
         try:
             inputs = info.module_inputs_func(info, device="cpu", dtype=dtype, requires_grad=variant == "backward",
                                              training=training)

@@ -21,8 +21,10 @@ from torch.testing._internal.common_utils import TestCase
 import fornax.frameworks.torch  # noqa: F401  (the device, even without the autoload entry point)
 
 from ...frameworks.torch.opinfo import full_name
-from . import compare, selection
+from . import compare, harness, selection
 from .record import Check
+
+harness.install()
 
 DTYPES = tuple(getattr(torch, d) for d in selection.dtypes())
 
@@ -35,13 +37,19 @@ WITH_AUTOGRAD = [o for o in SELECTED if o.supports_autograd]
 def run_check(device, dtype, op, variant: str) -> None:
     name = full_name(op)
     check = Check("ops", name, str(dtype).removeprefix("torch."), variant)
-    limit = selection.sample_limit(check.entry_for() is not None)
+    skip = compare.upstream_skip(op, dtype, variant)
+    if skip:
+        check.skip(skip)
+        return
+    entry = check.entry_for()
+    limit = selection.sample_limit(entry is not None)
     judge = compare.VARIANTS[variant]
     i = 0
+    compare.TOLERANCE = entry.tolerance if entry is not None else None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)   # op_db's deprecated overloads
         warnings.filterwarnings("ignore", category=FutureWarning)
-        torch.manual_seed(compare.seed_of(name, -1))
+        harness.seed(compare.seed_of(name, -1))
         try:
             samples = iter(op.sample_inputs(device, dtype, requires_grad=variant == "backward"))
             while limit is None or check.run < limit:
@@ -53,6 +61,8 @@ def run_check(device, dtype, op, variant: str) -> None:
                 i += 1
         except Exception as exc:        # making samples on the device is part of the check
             check.add(f"generating samples on fornax: {compare.short(exc)}", f"sample {i}")
+        finally:
+            compare.TOLERANCE = None
     check.finish()
 
 

@@ -26,8 +26,10 @@ from torch.utils._pytree import tree_map
 
 import fornax.frameworks.torch  # noqa: F401  (the device, even without the autoload entry point)
 
-from . import compare, selection
+from . import compare, harness, selection
 from .record import Check
+
+harness.install()
 
 DEVICE = "fornax"
 STEPS = 3

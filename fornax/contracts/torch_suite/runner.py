@@ -36,7 +36,7 @@ FULL_SHARDS = {"ops": 8, "modules": 2, "optims": 1}
 def _pytest(kind: str, env: dict, events: Path, timeout: float | None,
             progress: Callable[[dict], None] | None) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fornax.contracts.torch_suite.plugin",
-           "-o", "addopts=", "-o", "python_files=*_suite.py", "--rootdir", str(events.parent), "--tb=no",
+           "-o", "addopts=", "-o", "python_files=*_suite.py", "--assert=plain", "--rootdir", str(events.parent), "--tb=no",
            "--no-header", "-rN", "--pyargs", MODULES[kind]]
     log = events.with_suffix(".log")
     with open(log, "w") as out:

@@ -644,6 +644,11 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str, home: bo
             if orig is not None:
                 return orig
             if x.device.type == "cpu" and home:
+                if x.layout != torch.strided:
+                    raise NotImplementedError(
+                        f"{info.name} on fornax: its result has layout {x.layout}, and the fornax device "
+                        f"stores strided (dense) tensors only; keep sparse tensors on the CPU (or call "
+                        f".to_dense() before moving them)")
                 return T.to_device(x)
         return x
     out = tree_map(back, res)

@@ -135,10 +135,14 @@ def _flags_applied(host: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 def write(t: torch.Tensor, src: torch.Tensor) -> None:
     """Copy the CPU tensor ``src`` (broadcast to ``t``'s shape, cast to its dtype) into the
-    fornax tensor ``t``, honouring ``t``'s strides and offset."""
+    fornax tensor ``t``, honouring ``t``'s strides and offset.  A ZeroTensor (autograd's
+    storage-less zeros, e.g. from a CPU fallback of ``_efficientzerotensor``) is written as
+    real zeros."""
     session = current()
     if t.numel() == 0:
         return
+    if src._is_zerotensor():
+        src = torch.zeros(src.shape, dtype=src.dtype)
     src = _flags_applied(src.resolve_conj().resolve_neg().to(dtype=t.dtype), t).expand(t.shape)
     addr, nbytes = _span(t)
     stream = _stream(session)
