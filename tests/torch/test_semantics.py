@@ -293,3 +293,10 @@ def test_a_sparse_result_is_a_clear_error_not_a_broken_copy(convert):
     with pytest.raises(NotImplementedError, match=r"stores strided \(dense\) tensors only"):
         convert(x)
     torch.testing.assert_close((x + 1).cpu(), torch.eye(3) + 1)      # the device keeps working
+
+
+def test_atanh_is_accurate_near_minus_one_and_keeps_the_sign_of_zero():
+    x = torch.cat([torch.linspace(-1, 1, 4001), torch.tensor([-0.9971658, 0.0, -0.0, float("nan"), 2.0])])
+    got = torch.atanh(x.to("fornax")).cpu()
+    torch.testing.assert_close(got, torch.atanh(x), equal_nan=True, atol=0, rtol=4e-7)
+    assert torch.signbit(got[-3]) and not torch.signbit(got[-4])

@@ -56,9 +56,23 @@ def seed_of(name: str, i: int) -> int:
     return (zlib.crc32(name.encode()) + i) % (2 ** 31)
 
 
+def _host_copy(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on the CPU with the same storage geometry: a view into a copy of its whole
+    storage at the same sizes, strides and offset, so that what depends on the storage (the
+    ``as_strided`` family, views of a larger base) sees on the CPU what it sees on fornax."""
+    x = x.detach()
+    if x.device.type != DEVICE or x.layout != torch.strided:
+        return x.to("cpu")
+    n = x.untyped_storage().nbytes() // x.element_size()
+    if x.storage_offset() == 0 and n == x.numel() and x.is_contiguous():
+        return x.to("cpu")
+    whole = x.as_strided((n,), (1,), 0).to("cpu")
+    return whole.as_strided(x.shape, x.stride(), x.storage_offset())
+
+
 def _cpu_leaf(x):
     if isinstance(x, torch.Tensor):
-        t = x.detach().to("cpu")
+        t = _host_copy(x)
         if x.requires_grad:
             t.requires_grad_(True)
         return t

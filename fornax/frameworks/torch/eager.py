@@ -167,6 +167,8 @@ def _dispatch(session: Session, op, args, kwargs):
         return _cpu(session, info, op, args, kwargs, f"no functional form of {info.name}")
     if info.kind == "mutating":
         return _cpu(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
+    if info.name == "aten::as_strided_copy":
+        return _as_strided_copy(session, info, *args, **kwargs)
     out, reason = _native(session, info, op, args, kwargs)
     if out is not NotImplemented:
         session.stats.record(info.name, "native")
@@ -175,6 +177,14 @@ def _dispatch(session: Session, op, args, kwargs):
     if out is not NotImplemented:
         return out
     return _cpu(session, info, op, args, kwargs, reason)
+
+
+def _as_strided_copy(session: Session, info, self, size, stride, storage_offset=None):
+    """``as_strided_copy`` reads the input's *storage* (a non-contiguous input's elements are
+    not its storage order), so it runs as PyTorch defines it: the ``as_strided`` view of
+    the same storage, cloned."""
+    session.stats.record(info.name, "decomposed", "it reads the input's storage: an as_strided view, cloned")
+    return aten.clone.default(aten.as_strided.default(self, size, stride, storage_offset))
 
 
 def _adopt_cpu_scalars(info, op, args, kwargs):

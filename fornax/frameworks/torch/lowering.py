@@ -1672,19 +1672,25 @@ def dot(ctx, self, tensor):
 
 @lowering("aten::addmm.default")
 def addmm(ctx, self, mat1=None, mat2=None, beta=1, alpha=1, batch1=None, batch2=None, vec=None):
-    """``beta*self + alpha*(mat1 @ mat2)``; ``self`` is ignored (NaNs too) when beta is 0."""
+    """``beta*self + alpha*(mat1 @ mat2)``; ``self`` is ignored (NaNs too) when beta is 0.
+    Half types are computed in float32 and rounded once, as a BLAS GEMM with a float32
+    accumulator and epilogue does (cuBLAS/rocBLAS ``gemmEx`` with a float32 compute type)."""
     if batch1 is not None:
         mat1, mat2 = batch1, batch2
+    out = mat1.dtype
+    acc = _opmath(out) if out.is_float else out
+    if acc != out and (alpha != 1 or beta != 0):
+        mat1, mat2, vec = (None if v is None else ctx.cast(v, acc) for v in (mat1, mat2, vec))
     p = mv(ctx, mat1, vec) if vec is not None else mm(ctx, mat1, mat2)
     dt = p.dtype
     if alpha != 1:
         p = ctx.op("mul", p, ctx.scalar(alpha, dt))
-    if beta == 0:
-        return p
-    b = ctx.cast(self, dt)
-    if beta != 1:
-        b = ctx.op("mul", b, ctx.scalar(beta, dt))
-    return ctx.op("add", b, p)
+    if beta != 0:
+        b = ctx.cast(self, dt)
+        if beta != 1:
+            b = ctx.op("mul", b, ctx.scalar(beta, dt))
+        p = ctx.op("add", b, p)
+    return ctx.cast(p, out)
 
 
 @lowering("aten::addmv.default")
@@ -2739,11 +2745,15 @@ def acosh(ctx, self):
 
 @lowering("aten::atanh.default")
 def atanh(ctx, self):
-    """0.5 * log1p(2x / (1 - x))"""
+    """sign(x) * 0.5 * log1p(2|x| / (1 - |x|)), on |x| as libm's atanh does: for x near -1
+    the argument of log1p would sit near -1, where its rounding error is amplified."""
     x = _float_in(ctx, self)
     dt = x.dtype
-    q = ctx.op("div", ctx.op("mul", x, ctx.scalar(2, dt)), ctx.op("sub", ctx.scalar(1, dt), x))
-    return ctx.op("mul", _log1p(ctx, q), ctx.scalar(0.5, dt))
+    a = ctx.op("abs", x)
+    q = ctx.op("div", ctx.op("mul", a, ctx.scalar(2, dt)), ctx.op("sub", ctx.scalar(1, dt), a))
+    r = ctx.op("mul", _log1p(ctx, q), ctx.scalar(0.5, dt))
+    r = ctx.op("where", ctx.op("lt", x, ctx.scalar(0, dt)), ctx.op("neg", r), r)
+    return ctx.op("where", ctx.op("eq", x, ctx.scalar(0, dt)), x, r)        # atanh(-0) is -0
 
 
 @lowering("aten::logit.default")
