@@ -18,16 +18,23 @@ ranges it read and wrote; two accesses to overlapping ranges, at least one a
 write, by packets not ordered either way, are a :class:`Race`.
 
 The check is per access *range* (one per kernel buffer argument or copy
-side), never per byte, and looks only at ranges that overlap (a sorted index
-of range starts).  An access that is ordered before a later access covering
-it is dropped, and everything the host has seen complete is dropped once the
-device is idle, so the set of live ranges stays small.
+side), never per byte.  The history is a shadow memory: for each queue and
+mode (read, write), an :class:`~fornax.sim.intervals.IntervalMap` from byte
+ranges to the *latest* access of that queue there.  That is enough, because a
+queue is in order: a later packet that is not ordered after some older access
+of queue ``q`` is not ordered after the latest one over the same bytes either.
+A write also clears its queue's reads under it (a later writer that races with
+such a read races with the write).  A new access is checked against the other
+queues' maps only, over the bytes it touches, so a long loop of overlapping
+strided writes stays linear; everything the host has seen complete is dropped
+once the device is idle.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
+
+from .intervals import IntervalMap
 
 HOST = -1          # the host's participant id in a vector clock
 
@@ -107,10 +114,7 @@ class RaceDetector:
         self.queue_clocks: dict[int, Clock] = {}
         self.races: list[Race] = []
         self.races_total = 0
-        self._starts: list[tuple[int, int]] = []        # sorted (lo, serial) of live accesses
-        self._live: dict[int, Access] = {}               # serial -> access
-        self._serial = 0
-        self._max_len = 0
+        self._shadow: dict[tuple[int, str], IntervalMap[Access]] = {}   # (queue, mode) -> latest accesses
         self._pairs: set[tuple[int, int]] = set()
 
     # -- clocks -------------------------------------------------------------
@@ -148,44 +152,21 @@ class RaceDetector:
                 for lo, hi, name in writes if hi > lo]
         if not new:
             return
-        starts, live, bisect_left = self._starts, self._live, bisect.bisect_left
         for acc in new:
-            a_lo, a_hi, a_write = acc.lo, acc.hi, acc.mode == "write"
-            window = bisect_left(starts, (a_lo - self._max_len, -1))
-            end = bisect_left(starts, (a_hi, -1), window)
-            if window == end:
-                continue
-            stale = None
-            for lo, serial in starts[window:end]:
-                old = live[serial]
-                if old.hi <= a_lo or old.record is record:
-                    continue
-                if clock.get(old.queue, 0) >= old.epoch:       # ordered before this packet
-                    # the new access stands in for an older one it covers (any later
-                    # access racing with the old one races with the new one too)
-                    if a_lo <= old.lo and old.hi <= a_hi and (a_write or old.mode == "read"):
-                        if stale is None:
-                            stale = []
-                        stale.append((lo, serial))
-                elif a_write or old.mode == "write":
-                    self._report(old, acc)
-            if stale is not None:
-                for key in stale:
-                    self._remove(key)
+            a_write = acc.mode == "write"
+            for (q, mode), shadow in self._shadow.items():
+                if q == queue or not (a_write or mode == "write"):
+                    continue                    # same queue: in order; two reads never race
+                seen = clock.get(q, 0)
+                for lo, hi, old in shadow.overlapping(acc.lo, acc.hi):
+                    if old.epoch > seen and old.record is not record:
+                        self._report(old, acc, max(lo, acc.lo), min(hi, acc.hi))
         for acc in new:
-            self._serial += 1
-            bisect.insort(starts, (acc.lo, self._serial))
-            live[self._serial] = acc
-            if acc.hi - acc.lo > self._max_len:
-                self._max_len = acc.hi - acc.lo
+            self._shadow.setdefault((queue, acc.mode), IntervalMap()).assign(acc.lo, acc.hi, acc)
+            if acc.mode == "write" and (queue, "read") in self._shadow:
+                self._shadow[(queue, "read")].assign(acc.lo, acc.hi, None)
 
-    def _remove(self, key: tuple[int, int]) -> None:
-        i = bisect.bisect_left(self._starts, key)
-        if i < len(self._starts) and self._starts[i] == key:
-            del self._starts[i]
-        self._live.pop(key[1], None)
-
-    def _report(self, old: Access, new: Access) -> None:
+    def _report(self, old: Access, new: Access, lo: int, hi: int) -> None:
         pair = (id(old.record), id(new.record))
         if pair in self._pairs:
             return
@@ -195,17 +176,19 @@ class RaceDetector:
             return
         first, second = sorted((old, new), key=lambda a: a.record.start)
         kind = "write-write" if old.mode == new.mode == "write" else "read-write"
-        self.races.append(Race(self.device, kind, max(old.lo, new.lo), min(old.hi, new.hi),
-                               first, second))
+        self.races.append(Race(self.device, kind, lo, hi, first, second))
 
     def prune(self) -> None:
         """Drop accesses the host has seen complete (call only while no work is pending)."""
-        keep = [(lo, s) for lo, s in self._starts
-                if self.host_clock.get(self._live[s].queue, 0) < self._live[s].epoch]
-        for lo, s in self._starts:
-            if self.host_clock.get(self._live[s].queue, 0) >= self._live[s].epoch:
-                self._live.pop(s)
-        self._starts = keep
-        if not keep:
-            self._max_len = 0
+        for key, shadow in list(self._shadow.items()):
+            seen = self.host_clock.get(key[0], 0)
+            shadow.drop_if(lambda a: a.epoch <= seen)
+            if not len(shadow):
+                del self._shadow[key]
+        if not self._shadow:
             self._pairs.clear()
+
+    @property
+    def live(self) -> int:
+        """How many access pieces the history holds."""
+        return sum(len(m) for m in self._shadow.values())
