@@ -1716,6 +1716,9 @@ def _bias_add(ctx, y, bias):
 def convolution(ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
                 benchmark=None, deterministic=None, cudnn_enabled=None, allow_tf32=None):
     _check_float(ctx, input, weight)
+    out = input.dtype
+    if _opmath(out) != out:      # half types: accumulate and add the bias in float32, round once
+        input, weight = ctx.cast(input, _opmath(out)), ctx.cast(weight, _opmath(out))
     nd = _ndim(input) - 2
     st, pad, dil = _nlist(stride, nd), _nlist(padding, nd), _nlist(dilation, nd)
     if transposed:
@@ -1723,7 +1726,7 @@ def convolution(ctx, input, weight, bias, stride, padding, dilation, transposed,
                    output_padding=_nlist(output_padding, nd))
     else:
         y = ctx.op("convolution", input, weight, stride=st, padding=pad, dilation=dil, groups=groups)
-    return _bias_add(ctx, y, bias)
+    return ctx.cast(_bias_add(ctx, y, bias), out)
 
 
 def _nlist(v, n):
