@@ -300,3 +300,21 @@ def test_atanh_is_accurate_near_minus_one_and_keeps_the_sign_of_zero():
     got = torch.atanh(x.to("fornax")).cpu()
     torch.testing.assert_close(got, torch.atanh(x), equal_nan=True, atol=0, rtol=4e-7)
     assert torch.signbit(got[-3]) and not torch.signbit(got[-4])
+
+
+@pytest.mark.parametrize("make, shape", [(lambda: nn.LazyLinear(3), (2, 4)), (lambda: nn.LazyConv2d(2, 3), (1, 3, 5, 5)),
+                                         (lambda: nn.LazyBatchNorm1d(), (4, 3))])
+def test_a_lazy_module_moved_before_its_first_forward_materialises_on_fornax(make, shape):
+    x = torch.randn(shape)
+    torch.manual_seed(0)
+    cpu = make()
+    torch.manual_seed(0)
+    dev = make().to("fornax")
+    assert isinstance(dev.weight, nn.parameter.UninitializedParameter)
+    torch.manual_seed(1)
+    want = cpu(x)
+    torch.manual_seed(1)
+    got = dev(x.to("fornax"))
+    assert type(dev.weight) is nn.Parameter and dev.weight.device.type == "fornax"
+    assert dev.weight.shape == cpu.weight.shape
+    torch.testing.assert_close(got.cpu(), want)

@@ -144,11 +144,26 @@ def check_to(case: Case) -> str | None:
                                                                      and p.dtype != want_dtype)]
         if bad:
             return f"{step}: a parameter is {bad[0].dtype} on {bad[0].device}"
-    want = [p.detach().to(torch.float64) for p in case.cpu.parameters()]
-    return _close(list(holder.inner.parameters()), want)
+    from torch.nn.parameter import is_lazy
+    pairs = list(zip(holder.inner.parameters(), case.cpu.parameters()))
+    if [is_lazy(g) for g, _ in pairs] != [is_lazy(w) for _, w in pairs]:
+        return "a lazy module's uninitialised parameter did not stay uninitialised through the moves"
+    pairs = [(g, w) for g, w in pairs if not is_lazy(w)]       # nothing to compare before the first forward
+    return _close([g for g, _ in pairs], [w.detach().to(torch.float64) for _, w in pairs])
+
+
+def _materialised(case: Case) -> None:
+    """A lazy module's first forward (from the same seed on both sides), so that its state
+    holds real tensors to save, load and copy."""
+    from torch.nn.parameter import is_lazy
+    if any(is_lazy(p) for p in case.cpu.parameters()):
+        with torch.no_grad():
+            case.run(case.cpu, "cpu")
+            case.run(case.dev, DEVICE)
 
 
 def check_state_dict(case: Case) -> str | None:
+    _materialised(case)
     sd = case.dev.state_dict()
     if any(t.device.type != DEVICE for t in _tensors(sd)):
         return "state_dict() of a fornax module holds tensors off fornax"
@@ -169,6 +184,7 @@ def check_state_dict(case: Case) -> str | None:
 
 
 def check_deepcopy(case: Case) -> str | None:
+    _materialised(case)
     dup = copy.deepcopy(case.dev)
     for (name, a), b in zip(case.dev.state_dict().items(), dup.state_dict().values()):
         if b.device.type != DEVICE:

@@ -78,7 +78,10 @@ def _reunite(slots: list) -> None:
 
 def _swap_into(old: nn.Parameter, new: nn.Parameter) -> nn.Parameter:
     """``old`` with ``new``'s tensor and gradient (and its own Python attributes); ``new``
-    itself where the swap is impossible."""
+    itself where the swap is impossible.  A lazy module's uninitialised parameter stays
+    uninitialised on the new device (its first forward materialises it there, as on CUDA)."""
+    if isinstance(old, nn.parameter.UninitializedTensorMixin) and type(new) is nn.Parameter:
+        new.__class__ = type(old)
     if type(old) is not type(new):
         return new
     if old._use_count() > 1 or new._use_count() > 1:
