@@ -203,8 +203,8 @@ def test_a_tolerance_needs_both_bounds_and_an_opinfo(tmp_path):
         KnownFailures.load(path)
     path.write_text(path.read_text() + "rtol = 1e-5\n")
     assert KnownFailures.load(path).entries[0].tolerance == {"atol": 1e-4, "rtol": 1e-5}
-    path.write_text(path.read_text().replace('kind = "ops"', 'kind = "modules"'))
-    with pytest.raises(ConfigError, match="only OpInfo entries"):
+    path.write_text(path.read_text().replace('kind = "ops"', 'kind = "optims"'))
+    with pytest.raises(ConfigError, match="only OpInfo and ModuleInfo entries"):
         KnownFailures.load(path)
 
 

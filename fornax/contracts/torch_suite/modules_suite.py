@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 import fornax.frameworks.torch  # noqa: F401  (the device, even without the autoload entry point)
 
 from . import compare, harness, selection
-from .record import Check
+from .record import WITHIN, Check
 
 harness.install()
 
@@ -47,11 +47,20 @@ def _tensors(x) -> list:
 
 
 def _close(got, want) -> str:
+    """"" when ``got`` matches ``want`` at PyTorch's tolerances; else why not (marked as
+    within the table's tolerance when a covering tolerance entry's bounds hold)."""
+    host = tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, got)
     try:
-        torch.testing.assert_close(tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, got),
-                                   want, equal_nan=True)
+        torch.testing.assert_close(host, want, equal_nan=True)
     except Exception as exc:
-        return " ".join(str(exc).split())[:400]
+        why = " ".join(str(exc).split())[:400]
+        if compare.TOLERANCE is None:
+            return why
+        try:
+            torch.testing.assert_close(host, want, equal_nan=True, **compare.TOLERANCE)
+        except Exception:
+            return why
+        return WITHIN + why
     return ""
 
 
@@ -202,7 +211,9 @@ CHECKS = {"forward": check_forward, "backward": check_backward, "to": check_to,
 
 def run_check(device, dtype, info, training: bool, variant: str) -> None:
     check = Check("modules", info.name, str(dtype).removeprefix("torch."), variant)
-    limit = selection.sample_limit(check.entry_for() is not None)
+    entry = check.entry_for()
+    limit = selection.sample_limit(entry is not None)
+    compare.TOLERANCE = entry.tolerance if entry is not None else None
     i = 0
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)
@@ -226,6 +237,7 @@ def run_check(device, dtype, info, training: bool, variant: str) -> None:
                 why = compare.short(exc)
             check.add(why, f"input {i} ({'train' if training else 'eval'})")
             i += 1
+    compare.TOLERANCE = None
     check.finish()
 
 

@@ -13,7 +13,9 @@ the arguments only (dtypes, shapes, index values), before the op is routed:
 - reductions over a dimension of a tensor with more than 64 dimensions;
 - ``abs_`` on a complex tensor; ``index_fill`` of a real tensor with a complex value;
 - ``var`` / ``std`` (and ``*_mean``): the degrees-of-freedom warning when the correction
-  is not below the reduction factor.
+  is not below the reduction factor;
+- ``native_group_norm``: the input must be contiguous (ATen checks this for every device
+  but the CPU, which also accepts channels-last).
 
 :func:`castable` is TensorIterator's rule for element-wise ops writing into an existing
 tensor: the result dtype must cast to the output's dtype under ``torch.can_cast``.
@@ -68,6 +70,12 @@ def validate(name: str, op, args: tuple, kwargs: dict) -> None:
                                "supported")
     elif base in _DOF_OPS:
         _degrees_of_freedom(_DOF_OPS[base], op, args, kwargs)
+    elif base == "native_group_norm":
+        x = args[0] if args else kwargs.get("input")
+        if isinstance(x, torch.Tensor) and not x.is_contiguous():
+            raise RuntimeError("Expected X.is_contiguous(memory_format) to be true, but got false.  "
+                               "(Could this error message be improved?  If so, please report an "
+                               "enhancement request to PyTorch.)")
     if args and isinstance(args[0], torch.Tensor) and args[0].dim() > MAX_DIMS and \
             torch.Tag.reduction in op.tags and _argument(op, args, kwargs, "dim") is not None:
         raise RuntimeError(f"only tensors with up to {MAX_DIMS} dims are supported")
