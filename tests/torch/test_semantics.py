@@ -318,3 +318,19 @@ def test_a_lazy_module_moved_before_its_first_forward_materialises_on_fornax(mak
     assert type(dev.weight) is nn.Parameter and dev.weight.device.type == "fornax"
     assert dev.weight.shape == cpu.weight.shape
     torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN])
+def test_recurrent_modules_keep_parameter_identity_and_ties_across_moves(cls):
+    """RNN modules hold weak references to their parameters (``_flat_weight_refs``), which
+    ``swap_tensors`` refuses; the move drops and rebuilds them."""
+    holder = nn.Module()
+    holder.inner = cls(3, 4)
+    holder.register_parameter("tied", holder.inner.weight_ih_l0)
+    ids = [id(p) for _, p in holder.named_parameters(remove_duplicate=False)]
+    for move in (lambda m: m.to("fornax"), lambda m: m.cpu(), lambda m: m.to(torch.float64), lambda m: m.to("fornax")):
+        move(holder)
+        assert [id(p) for _, p in holder.named_parameters(remove_duplicate=False)] == ids
+        assert holder.tied is holder.inner.weight_ih_l0
+    assert all(w is p for w, p in zip(holder.inner._flat_weights, holder.inner.parameters()))
+    assert holder.inner.weight_ih_l0.device.type == "fornax" and holder.inner.weight_ih_l0.dtype == torch.float64

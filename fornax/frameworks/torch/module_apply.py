@@ -46,7 +46,14 @@ def install() -> None:
             out = original(self, fn, recurse)
         finally:
             _local.active = False
+        # RNN modules keep weak references to their parameters (``_flat_weight_refs``), which
+        # swap_tensors refuses: drop them for the swap and let the module rebuild them after
+        rnns = [m for m in (self.modules() if recurse else (self,)) if hasattr(m, "_flat_weight_refs")]
+        for m in rnns:
+            m._flat_weight_refs = []
         _reunite(slots)
+        for m in rnns:
+            m._init_flat_weights()
         return out
 
     _apply.__wrapped__ = original
