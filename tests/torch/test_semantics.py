@@ -334,3 +334,13 @@ def test_recurrent_modules_keep_parameter_identity_and_ties_across_moves(cls):
         assert holder.tied is holder.inner.weight_ih_l0
     assert all(w is p for w, p in zip(holder.inner._flat_weights, holder.inner.parameters()))
     assert holder.inner.weight_ih_l0.device.type == "fornax" and holder.inner.weight_ih_l0.dtype == torch.float64
+
+
+def test_cross_entropy_with_every_target_ignored_has_zero_gradient_not_nan():
+    x = torch.randn(2, 3)
+    t = torch.tensor([1, 1])
+    want, = torch.autograd.grad(torch.nn.functional.cross_entropy(x.requires_grad_(), t, ignore_index=1), x)
+    xd = x.detach().to("fornax").requires_grad_()
+    got, = torch.autograd.grad(torch.nn.functional.cross_entropy(xd, t.to("fornax"), ignore_index=1), xd)
+    assert not got.cpu().isnan().any()
+    torch.testing.assert_close(got.cpu(), want)

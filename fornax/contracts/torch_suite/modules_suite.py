@@ -77,7 +77,12 @@ class Case:
         self.args, self.kwargs = mi.forward_input.args, mi.forward_input.kwargs
 
     def run(self, module, device):
-        args, kwargs = (self.args, self.kwargs) if device == "cpu" else tree_map(_dev, (self.args, self.kwargs))
+        if device == "cpu":
+            args, kwargs = self.args, self.kwargs
+        else:        # one fornax leaf per CPU tensor: an input passed twice stays one tensor
+            moved: dict[int, torch.Tensor] = {}
+            args, kwargs = tree_map(lambda x: moved.setdefault(id(x), _dev(x)) if isinstance(x, torch.Tensor) else x,
+                                    (self.args, self.kwargs))
         harness.seed(self.seed)
         return module(*args, **kwargs), (args, kwargs)
 

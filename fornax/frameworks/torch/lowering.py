@@ -2313,6 +2313,8 @@ def nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore_
     g = ctx.cast(grad_output, dt)
     coef = ctx.op("mul", coef, _reshape(ctx, g, t.shape) if red == "none" else g)
     onehot = ctx.op("eq", ctx.op("iota", shape=tuple(x.shape), axis=1, dtype="int64"), unsqueeze(ctx, t, 1))
+    # ignored targets get no gradient at all (not 0 / total_weight: NaN when every target is ignored)
+    onehot = ctx.op("logical_and", onehot, unsqueeze(ctx, valid, 1))
     gi = ctx.op("where", onehot, unsqueeze(ctx, coef, 1), ctx.scalar(0, dt))
     return _reshape(ctx, gi, self.shape)
 
