@@ -185,15 +185,24 @@ def test_a_tolerance_entry_covers_only_what_is_within_its_bounds(abs_op, monkeyp
     assert not compare.forward(far, s, torch.float32, 0).startswith(WITHIN)
     c = Check("ops", "abs", "float32", "forward")
     c.add(WITHIN + "close", "sample 0")
-    c.add("far off", "sample 1")
-    assert (c.failed, c.beyond) == (2, 1)
+    c.add("", "sample 1")
+    assert (c.run, c.passed, c.tolerated, c.failed) == (2, 2, 1, 0)
+    c.add("far off", "sample 2")
+    assert (c.run, c.passed, c.failed, c.errors) == (3, 2, 1, ["sample 2: far off"])
     r = SuiteResult("cuda-like", False)
-    r.add({"kind": "ops", "name": "abs", "dtype": "float32", "variant": "forward", "run": 3, "passed": 1,
-           "failed": 2, "beyond": 1, "errors": c.errors, "outcome": "failed", "reason": "", "entry": "x",
+    r.add({"kind": "ops", "name": "abs", "dtype": "float32", "variant": "forward", "run": 3, "passed": 2,
+           "tolerated": 1, "failed": 1, "errors": c.errors, "outcome": "failed", "reason": "", "entry": "x",
            "wildcard": False})
     got = r.kinds["ops"]["float32"]
-    assert (got.failed, got.known) == (1, 1)
-    assert [f["error"] for f in r.failures] == ["sample 1: far off"]
+    assert (got.passed, got.tolerated, got.failed, got.known) == (2, 1, 1, 0)
+    assert [f["error"] for f in r.failures] == ["sample 2: far off"]
+    # a wildcard tolerance entry in use is not stale; one whose checks all pass at PyTorch's tolerance is
+    rec = {"kind": "ops", "name": "abs", "dtype": "float16", "variant": "out", "run": 2, "passed": 2, "failed": 0,
+           "errors": [], "reason": "x", "entry": "ops:abs:*:*", "wildcard": True}
+    used, unused = SuiteResult("cuda-like", False), SuiteResult("cuda-like", False)
+    _judge_run_level(used, [dict(rec, outcome="passed", tolerated=1)], None)
+    _judge_run_level(unused, [dict(rec, outcome="passed", tolerated=0)], None)
+    assert used.stale == [] and unused.stale == ["ops:abs:*:*"]
 
 
 def test_a_tolerance_needs_both_bounds_and_an_opinfo(tmp_path):

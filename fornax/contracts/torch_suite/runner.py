@@ -154,7 +154,8 @@ def _judge_run_level(result: SuiteResult, records: list[dict], table: KnownFailu
     matched: dict[str, bool] = {}
     for r in records:
         if r["entry"] and r["wildcard"]:
-            matched[r["entry"]] = matched.get(r["entry"], False) or r["outcome"] == "known"
+            used = r["outcome"] == "known" or r.get("tolerated", 0) > 0
+            matched[r["entry"]] = matched.get(r["entry"], False) or used
     for entry, failing in sorted(matched.items()):
         if not failing:
             result.stale.append(entry)
