@@ -59,7 +59,9 @@ def measure(vendors=VENDORS, full: bool = False) -> dict:
 def _rate(c: dict | None) -> str:
     if not c or not c["run"]:
         return "–"
-    return f"{100 * c['passed'] / c['run']:.2f} % of {c['run']}" + (f" ({c['known']} known)" if c["known"] else "")
+    notes = [f"{c['tolerated']} tolerated" for _ in (0,) if c.get("tolerated")] + \
+        [f"{c['known']} known" for _ in (0,) if c["known"]]
+    return f"{100 * c['passed'] / c['run']:.2f} % of {c['run']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def render(record: dict) -> str:
@@ -70,8 +72,9 @@ def render(record: dict) -> str:
              f"Recorded by `make bench` with fornax {v['fornax']}, torch {v['torch']}, jax {v['jax']}, "
              f"transformers {v['transformers']}, equinox {v['equinox']}, optax {v['optax']} "
              f"(Python {record['python']}); PyTorch's databases: {scope}.", "",
-             "PyTorch's own test databases on the device (passed / run; *known*: failures the "
-             "family's known-failure table lists with a reason):", "",
+             "PyTorch's own test databases on the device (passed / run; *tolerated*: passed only "
+             "within a tolerance the family's known-failure table states with its cause; *known*: "
+             "failures the table lists with a reason):", "",
              "| family | " + " | ".join(f"OpInfo {g}" for g in GROUPS) + " | ModuleInfo | OptimInfo |",
              "|---" * (len(GROUPS) + 3) + "|"]
     for vendor, suite in record["suite"].items():

@@ -249,6 +249,7 @@ class RuntimeBase:
                               hint="create a stream per thread with create_stream()")
         self.per_thread = bool(per_thread_default_stream)
         self._device = 0
+        self._deferred_frees: list[int] = []      # frees asked for while a packet ran
         self._contexts: dict[int, Context] = {}
         self._streams: dict[int, list[Stream]] = {}
         self._defaults: dict[tuple, Stream] = {}
@@ -552,14 +553,30 @@ class RuntimeBase:
 
     def malloc(self, nbytes: int, stream: Stream | None = None) -> int:
         self._check_size(nbytes)
+        self._free_deferred()
         self._maybe_block("malloc")
         self.counts["malloc_calls"] += 1
         return self._carve(nbytes, stream)
 
     def free(self, ptr: int) -> None:
+        if any(d.timeline.stepping for d in self.driver.devices):
+            # reached from inside a running packet (a finaliser the garbage collector ran):
+            # a blocking free would re-enter the timeline, so it happens at the next call
+            self._deferred_frees.append(ptr)
+            return
+        self._free_deferred()
         alloc = self._owner(ptr, self.calls.get("malloc", "malloc"))
         self._maybe_block("free")
         alloc.free(ptr)
+
+    def _free_deferred(self) -> None:
+        """Carry out the frees :meth:`free` deferred while a packet was running."""
+        while self._deferred_frees:
+            ptr = self._deferred_frees.pop()
+            try:
+                self.free(ptr)
+            except FornaxError:        # its context went away meanwhile: nothing left to free
+                pass
 
     def allocate(self, nbytes: int, stream: Stream | None = None) -> int:
         """The framework-facing caching allocator (PyTorch's ``CUDACachingAllocator::raw_alloc``):
@@ -758,6 +775,7 @@ class RuntimeBase:
             for q in stream.queues:
                 q.synchronize()
         self.counts["host_syncs"] += 1
+        self._free_deferred()
 
     # -- graph capture and replay ------------------------------------------------------------
     def begin_capture(self, stream: Stream) -> None:

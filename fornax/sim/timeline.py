@@ -147,6 +147,7 @@ class Timeline:
         self._last_end = -math.inf   # the latest end of any record (records are only appended)
         self.now = 0.0              # start of the packet running now (the power model reads it)
         self.race_detector = RaceDetector()
+        self.stepping = 0            # > 0 while a packet's work runs (see step)
         self._logs: list[tuple[float, int, _memory.WriteLog]] = []   # heap by packet end time
         self._log_seq = itertools.count()
         self._log: _memory.WriteLog | None = None
@@ -189,7 +190,17 @@ class Timeline:
 
         False if none can run.  Memory written by packets that ended at or before
         the start is committed first; this packet's own writes wait in its log.
+        :attr:`stepping` is non-zero while a packet's work runs, so that a caller reached
+        from inside it (a finaliser run by the garbage collector that frees memory) can
+        defer what would synchronise instead of re-entering the timeline.
         """
+        self.stepping += 1
+        try:
+            return self._step(before)
+        finally:
+            self.stepping -= 1
+
+    def _step(self, before: float | None) -> bool:
         best = None
         for q in self.queues:
             if not q.pending:
