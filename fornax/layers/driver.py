@@ -747,11 +747,14 @@ class QueueBase:
         raise NotImplementedError
 
     def _push(self, engine: str, work, label: str, kind: str, also_signal=()) -> None:
-        self.submitted += 1
-        packet = Packet(engine, work, label, kind, waits=self._pending_waits,
-                        signals=[(self.sem, self.submitted), *also_signal])
-        self._pending_waits = []
+        # ``submitted`` counts a packet only once it is on the hardware queue: the garbage
+        # collector can run a finaliser while the packet is built or submitted, and a free
+        # that synchronises waits for ``submitted`` (which must not name this packet yet)
+        value = self.submitted + 1
+        waits, self._pending_waits = self._pending_waits, []
+        packet = Packet(engine, work, label, kind, waits=waits, signals=[(self.sem, value), *also_signal])
         self._submit(packet)
+        self.submitted = value
 
     # -- work -------------------------------------------------------------------
     def launch(self, module: Module, entry: str, grid, args: dict) -> None:
