@@ -144,8 +144,13 @@ def same(got, want, op, dtype, where: str = DEVICE) -> str:
         meta = (lambda t: (tuple(t.shape), t.dtype, t.stride()) if isinstance(t, torch.Tensor) else t)
         g_meta, w_meta = [meta(t) for t in g_flat], [meta(t) for t in w_flat]
         return "" if g_meta == w_meta else f"shape, dtype or strides differ: {g_meta} vs {w_meta}"[:400]
-    host = tree_map(_host, got)
-    tol = tolerances(op, dtype)
+    return close(tree_map(_host, got), want, tolerances(op, dtype))
+
+
+def close(host, want, tol: dict) -> str:
+    """"" when the host results ``host`` match ``want`` at ``tol`` (``assert_close`` keyword
+    arguments; PyTorch's defaults when empty), else why not; marked :data:`WITHIN` when
+    they match only at the covering tolerance entry's bounds (:data:`TOLERANCE`)."""
     try:
         torch.testing.assert_close(host, want, equal_nan=True, **tol)
     except Exception as exc:
@@ -153,10 +158,10 @@ def same(got, want, op, dtype, where: str = DEVICE) -> str:
         if TOLERANCE is None:
             return why
         from torch.testing._comparison import default_tolerances
+        rtol, atol = tol.get("rtol"), tol.get("atol")
+        if rtol is None:
+            rtol, atol = default_tolerances(*[t for t in tree_flatten(want)[0] if isinstance(t, torch.Tensor)])
         try:
-            rtol, atol = tol.get("rtol"), tol.get("atol")
-            if rtol is None:
-                rtol, atol = default_tolerances(*[t for t in tree_flatten(want)[0] if isinstance(t, torch.Tensor)])
             torch.testing.assert_close(host, want, equal_nan=True, atol=max(atol, TOLERANCE["atol"]),
                                        rtol=max(rtol, TOLERANCE["rtol"]))
         except Exception:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import unittest
 
-import torch
+from ...frameworks.torch.device import manual_seed
 
 
 def extract_test_fn():
@@ -46,6 +46,5 @@ def install() -> None:
     core.extract_test_fn = extract_test_fn
 
 
-def seed(value: int) -> None:
-    """Seed the generator fornax's random ops draw from (the host's default generator)."""
-    torch.default_generator.manual_seed(int(value))
+#: seed the generator fornax's random ops draw from (the host's default generator)
+seed = manual_seed

@@ -25,12 +25,13 @@ import torch
 from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_modules import module_db, modules
 from torch.testing._internal.common_utils import TestCase
+from torch.nn.parameter import is_lazy
 from torch.utils._pytree import tree_flatten, tree_map
 
 import fornax.frameworks.torch  # noqa: F401  (the device, even without the autoload entry point)
 
 from . import compare, harness, selection
-from .record import WITHIN, Check
+from .record import Check
 
 harness.install()
 
@@ -47,21 +48,9 @@ def _tensors(x) -> list:
 
 
 def _close(got, want) -> str:
-    """"" when ``got`` matches ``want`` at PyTorch's tolerances; else why not (marked as
-    within the table's tolerance when a covering tolerance entry's bounds hold)."""
-    host = tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, got)
-    try:
-        torch.testing.assert_close(host, want, equal_nan=True)
-    except Exception as exc:
-        why = " ".join(str(exc).split())[:400]
-        if compare.TOLERANCE is None:
-            return why
-        try:
-            torch.testing.assert_close(host, want, equal_nan=True, **compare.TOLERANCE)
-        except Exception:
-            return why
-        return WITHIN + why
-    return ""
+    """"" when ``got`` matches ``want`` at PyTorch's tolerances, else why not (see
+    :func:`.compare.close`: a covering tolerance entry's bounds apply)."""
+    return compare.close(tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, got), want, {})
 
 
 class Case:
@@ -158,7 +147,6 @@ def check_to(case: Case) -> str | None:
                                                                      and p.dtype != want_dtype)]
         if bad:
             return f"{step}: a parameter is {bad[0].dtype} on {bad[0].device}"
-    from torch.nn.parameter import is_lazy
     pairs = list(zip(holder.inner.parameters(), case.cpu.parameters()))
     if [is_lazy(g) for g, _ in pairs] != [is_lazy(w) for _, w in pairs]:
         return "a lazy module's uninitialised parameter did not stay uninitialised through the moves"
@@ -169,7 +157,6 @@ def check_to(case: Case) -> str | None:
 def _materialised(case: Case) -> None:
     """A lazy module's first forward (from the same seed on both sides), so that its state
     holds real tensors to save, load and copy."""
-    from torch.nn.parameter import is_lazy
     if any(is_lazy(p) for p in case.cpu.parameters()):
         with torch.no_grad():
             case.run(case.cpu, "cpu")
