@@ -13,7 +13,7 @@ checks find different on that family's fornax device::
     variant = "forward"           # forward noncontiguous out inplace backward | to state_dict
                                   # deepcopy | step foreach fused | "*"
     reason = "what differs and why"
-    atol = 1e-4                   # optional, OpInfo and ModuleInfo entries: a tolerance (below)
+    atol = 1e-4                   # optional: a tolerance (below)
     rtol = 1e-5
 
 An entry with ``atol`` / ``rtol`` is a *tolerance* entry, the fornax counterpart of PyTorch's
@@ -96,9 +96,6 @@ def validate(data: dict, where: str) -> None:
     seen: dict[str, int] = {}
     for i, item in enumerate(data["failure"]):
         key = f"{item['kind']}:{item['name']}:{item['dtype']}:{item['variant']}"
-        if ("atol" in item or "rtol" in item) and item["kind"] == "optims":
-            raise ConfigError(f"{where}: failure[{i}] ({key}) has a tolerance, which only OpInfo and ModuleInfo "
-                              f"entries can have", hint="remove atol/rtol or the entry")
         if key in seen:
             raise ConfigError(f"{where}: failure[{i}] repeats failure[{seen[key]}] ({key})",
                               hint="list each op, dtype and variant once")

@@ -7,7 +7,12 @@ foreach kernels, which PyTorch grants every PrivateUse1 backend), and ``fused=Tr
 the optimizers whose fused kernel PyTorch ships for the CPU (the reference).  Each
 configuration is one sample: three steps on a small linear model (a sparse embedding for
 the sparse-only optimizer), the same seeded data on both devices; the parameters after
-every step must match the CPU's.  Variants: ``step`` (plain), ``foreach``, ``fused``.
+every step must match the CPU's.  Optimizers that evaluate a closure many times per step
+(LBFGS) minimise a well-conditioned least-squares loss instead: on the linear model's
+non-convex loss LBFGS is chaotic, and moving the CPU's own initial parameters by one
+float32 ulp moves its result by up to 14 after two steps, so no comparison could mean
+anything there (on the least-squares loss the same perturbation moves it by under 1e-5,
+except through the strong-Wolfe line search's decisions).  Variants: ``step`` (plain), ``foreach``, ``fused``.
 ``capturable`` configurations run with ``capturable=False`` on the CPU (the CPU refuses
 it; the arithmetic is the same).
 """
@@ -60,6 +65,8 @@ def _params(device, with_bias: bool):
 def _loss(info, params, step: int):
     gen = torch.Generator().manual_seed(100 + step)
     dev = params[0].device
+    if info.step_requires_closure:
+        return _least_squares(params, dev)
     if info.only_supports_sparse_grads:
         idx = torch.randint(0, 4, (6,), generator=gen).to(dev)
         return F.embedding(idx, params[0], sparse=True).pow(2).sum() + F.embedding(
@@ -69,6 +76,20 @@ def _loss(info, params, step: int):
     if len(params) > 2:
         y = y + params[2][:, None]
     return (y.tanh() ** 2).sum()
+
+
+def _least_squares(params, dev):
+    """A convex least-squares loss, the same at every step (what a closure optimizer
+    minimises); each parameter fits its own targets."""
+    gen = torch.Generator().manual_seed(7)
+    loss = 0
+    for p in params:
+        if p.dim() == 1:
+            loss = loss + ((p - torch.randn(p.shape, generator=gen).to(dev)) ** 2).sum()
+            continue
+        x = torch.randn(p.shape[1], 32, generator=gen).to(dev)
+        loss = loss + ((p @ x - torch.randn(p.shape[0], 32, generator=gen).to(dev)) ** 2).sum()
+    return 0.5 * loss
 
 
 def _trajectory(info, kwargs, device, with_bias: bool) -> list:
@@ -115,10 +136,11 @@ def check_config(info, config) -> str | None:
     except Exception as exc:
         return compare.short(exc)
     for step, (g, w) in enumerate(zip(got, want)):
-        try:
-            torch.testing.assert_close(g, w)
-        except AssertionError as exc:
-            return f"after step {step + 1}: " + " ".join(str(exc).split())[:300]
+        why = compare.close(g, w, {})
+        if why.startswith(compare.WITHIN):
+            return compare.WITHIN + f"after step {step + 1}: " + why.removeprefix(compare.WITHIN)
+        if why:
+            return f"after step {step + 1}: {why}"
     return ""
 
 
@@ -134,11 +156,16 @@ class TestFornaxOptims(TestCase):
             warnings.filterwarnings("ignore", category=UserWarning)
             for variant, group in by_variant.items():
                 check = Check("optims", optim_info.name, "float32", variant)
-                limit = selection.sample_limit(check.entry_for() is not None)
-                for i, config in enumerate(group):
-                    if limit is not None and check.run >= limit:
-                        break
-                    check.add(check_config(optim_info, config), f"{config.desc} {config.kwargs}")
+                entry = check.entry_for()
+                limit = selection.sample_limit(entry is not None)
+                compare.TOLERANCE = entry.tolerance if entry is not None else None
+                try:
+                    for i, config in enumerate(group):
+                        if limit is not None and check.run >= limit:
+                            break
+                        check.add(check_config(optim_info, config), f"{config.desc} {config.kwargs}")
+                finally:
+                    compare.TOLERANCE = None
                 checks.append(check)
         failures = []
         for check in checks:       # every variant is recorded before the first verdict raises
