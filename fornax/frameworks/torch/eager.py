@@ -657,8 +657,8 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str, home: bo
                 if x.layout != torch.strided:
                     raise NotImplementedError(
                         f"{info.name} on fornax: its result has layout {x.layout}, and the fornax device "
-                        f"stores strided (dense) tensors only; keep sparse tensors on the CPU (or call "
-                        f".to_dense() before moving them)")
+                        f"has strided and sparse COO kernels only; keep such tensors on the CPU (or "
+                        f"call .to_dense() before moving them)")
                 return T.to_device(x)
         return x
     out = tree_map(back, res)

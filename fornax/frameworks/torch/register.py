@@ -21,7 +21,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from . import autocast as _autocast
 from . import device as _device_module
-from . import eager, fused, histogram
+from . import eager, fused, histogram, sparse
 from . import module_apply as _module_apply
 from . import profiler as _profiler
 from . import tensors as T
@@ -55,6 +55,7 @@ def register() -> None:
     fallback = torch.library.Library("_", "IMPL")
     LIBRARIES.append(fallback)
     fallback.fallback(eager.dispatch, "PrivateUse1")
+    sparse.register(LIBRARIES, _overload, _accounted)
     _autocast.register(LIBRARIES)
     _patch_storage()
     _profiler.install()
@@ -111,6 +112,8 @@ def _accounted(name: str, fn):
         kind, reason = "runtime", "allocation or copy through the runtime seam"
     elif name in fused.KERNELS:
         kind, reason = "decomposed", "no CPU kernel exists; fornax composes it from ATen ops"
+    elif name in sparse.KERNELS or name in sparse.DENSE_KERNELS:
+        kind, reason = "decomposed", "sparse COO: composed from dense ops on its indices and values"
     else:
         return fn
     key = f"aten::{name}"
