@@ -137,6 +137,25 @@ def rows_delta(before: list[dict], after: list[dict], key: str) -> list[dict]:
     return rows
 
 
+def front_end_counts(rep: dict) -> None:
+    """Make the framework seam's counts in ``rep`` those of the front end that captured the
+    work.  The seam counts graph-IR nodes it routes itself; a torch or jax run goes through
+    its front end instead (ATen calls, jaxpr equations), whose own routes are the capture."""
+    framework = rep["seams"]["framework"]
+    if rep.get("torch"):
+        routes = rep["torch"]["routes"]
+        framework.update(captured_by="torch front end (ATen calls)", ops_captured=sum(routes.values()),
+                         native=routes.get("native", 0), decomposed=routes.get("decomposed", 0),
+                         fallback=routes.get("fallback", 0), graphs_run=routes.get("native", 0),
+                         device_segments=routes.get("native", 0) + routes.get("decomposed", 0))
+    elif rep.get("jax"):
+        routes, counts = rep["jax"]["routes"], rep["jax"].get("counts", {})
+        framework.update(captured_by="jax front end (jaxpr equations)", ops_captured=sum(routes.values()),
+                         native=routes.get("native", 0), decomposed=0, fallback=routes.get("fallback", 0),
+                         graphs_run=counts.get("executions", 0),
+                         device_segments=counts.get("segments_run", 0))
+
+
 def torch_section(routes: dict, *, mode: str = "eager", stack: str = "", losses=(),
                   reference_losses=(), reference_wall_s: float = 0.0) -> dict:
     """``report["torch"]``: what the torch front end did in one run.  ``routes`` is that run's
@@ -200,7 +219,8 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
         ver = next((f"{k}={v}" for k, v in seam.items() if k.startswith("version.")), "")
         return [f"face: device '{seam['device_type']}' via {seam['module']} ({ver}), "
                 f"dist backend {seam['dist_backend']}",
-                f"ops captured {seam['ops_captured']}: native {seam['native']}, decomposed "
+                f"ops captured {seam['ops_captured']}"
+                f"{' by the ' + seam['captured_by'] if seam.get('captured_by') else ''}: native {seam['native']}, decomposed "
                 f"{seam['decomposed']}, CPU fallback {seam['fallback']}; "
                 f"{seam['device_segments']} device segment(s)"]
     if name == "compiler":
@@ -211,7 +231,9 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
                 f"{seam['ops_in']} ops -> {seam['ops_lowered']} after decomposition -> "
                 f"{seam['kernels']} kernels ({seam['fused_kernels']} fused) + "
                 f"{seam['library_calls']} library calls; SIMD {seam['simd_width']}, matrix "
-                f"{'x'.join(map(str, seam['matrix_shape']))}; {seam['binary_bytes']} bytes of binary",
+                f"{'x'.join(map(str, seam['matrix_shape']))}; {seam['binary_bytes']} bytes of binary"
+                + (f" ({seam['graphs_from_disk']} graph(s) as compiled by an earlier run, from the "
+                   f"disk cache)" if seam.get("graphs_from_disk") else ""),
                 f"compile cache hits {seam['cache_hits']}{_cache_levels(seam.get('compile_cache'))}; "
                 f"compile wall {fmt_time(seam['compile_wall_s'])}"
                 + (f"; planned peak memory {fmt_bytes(seam['planned_peak_bytes'])}"
@@ -244,7 +266,18 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
             f"({fmt_bytes(seam['h2d_bytes'])} H2D, {fmt_bytes(seam['d2h_bytes'])} D2H)"]
 
 
-def render(report: dict, console: Console | None = None) -> None:
+#: rows a long table shows unless ``render(..., all_rows=True)`` (``--all``)
+ROWS = 20
+
+
+def _shown(rows: list, all_rows: bool) -> tuple[list, str | None]:
+    """The rows a table shows, and its caption when some are hidden."""
+    if all_rows or len(rows) <= ROWS:
+        return rows, None
+    return rows[:ROWS], f"{len(rows) - ROWS} more row(s) not shown of {len(rows)}; --all shows every row"
+
+
+def render(report: dict, console: Console | None = None, all_rows: bool = False) -> None:
     console = console or Console()
     m = report["manifest"]
     tree = Tree(f"[bold]fornax stack[/] — workload [cyan]{m['workload']}[/] on spec "
@@ -257,10 +290,11 @@ def render(report: dict, console: Console | None = None) -> None:
     console.print(tree)
 
     if report["kernels"]:
-        kt = Table(title="kernels (simulated device)", show_lines=False)
+        rows, caption = _shown(report["kernels"], all_rows)
+        kt = Table(title="kernels (simulated device)", show_lines=False, caption=caption)
         for col in ("kernel", "grid", "device time", "GFLOP", "bytes", "bound"):
             kt.add_column(col, justify="left" if col in ("kernel", "bound") else "right")
-        for k in report["kernels"][:20]:
+        for k in rows:
             kt.add_row(k["name"], "x".join(map(str, k["grid"])), fmt_time(k["device_time_s"]),
                        f"{k['flops'] / 1e9:.3f}", fmt_bytes(k["bytes"]), k["bound"])
         console.print(kt)
@@ -314,10 +348,11 @@ def render(report: dict, console: Console | None = None) -> None:
             ft.add_row(f["op"], f["reason"])
         console.print(ft)
     if report.get("races"):
-        rt = Table(title=f"data races ({len(report['races'])}, simulated device)")
+        rows, caption = _shown(report["races"], all_rows)
+        rt = Table(title=f"data races ({len(report['races'])}, simulated device)", caption=caption)
         for col in ("kind", "bytes", "first", "second"):
             rt.add_column(col)
-        for r in report["races"][:20]:
+        for r in rows:
             a, b = r["first"], r["second"]
             rt.add_row(r["kind"], f"[{r['range'][0]:#x}, {r['range'][1]:#x})",
                        f"{a['kind']} {a['label']} ({a['access']} {a['param']}) on queue {a['queue']}, "
@@ -334,7 +369,8 @@ def _cache_levels(c: dict | None) -> str:
     if not c:
         return ""
     corrupt = f", {c['corrupt']} corrupt entries rebuilt" if c.get("corrupt") else ""
-    return f" (memory {c['memory_hits']}, disk {c['disk_hits']}, misses {c['misses']}{corrupt})"
+    bypassed = f", {c['bypassed']} bypassed to dump the IR" if c.get("bypassed") else ""
+    return f" (memory {c['memory_hits']}, disk {c['disk_hits']}, misses {c['misses']}{corrupt}{bypassed})"
 
 
 def _render_routes(console: Console, title: str, routes: dict, rows: list[dict], key: str,

@@ -58,6 +58,9 @@ def main() -> None:
 @click.option("--topology", default=None, metavar="KIND",
               help="Fabric between the devices: switch (default), mesh or ring.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
+@click.option("--all", "all_rows", is_flag=True, default=False,
+              help="Show every row of the long tables (kernels, races); default: the first 20 and "
+                   "how many more there are.")
 @click.option("--meta", is_flag=True, default=None,
               help="Shape-only mode: shapes, memory and costs, no data (no numerics).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), metavar="FILE",
@@ -74,7 +77,7 @@ def main() -> None:
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
-                dump_ir=None, framework="graph"):
+                dump_ir=None, framework="graph", all_rows=False):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
@@ -102,7 +105,7 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
     if as_json:
         click.echo(json.dumps(rep, indent=2, default=str))
     else:
-        report_mod.render(rep, Console())
+        report_mod.render(rep, Console(), all_rows=all_rows)
         if "scenario" in rep:
             _render_scenario(rep["scenario"], Console())
     if out.failed:

@@ -22,7 +22,9 @@ Two levels:
   detected, counted (``corrupt``), deleted and rebuilt -- never loaded.
 
 Hits and misses of both levels are counted in :attr:`CompileCache.stats`,
-which the compiler's report carries.
+which the compiler's report carries; ``bypassed`` counts compiles that skipped the
+lookup because the IR after each pass was asked for (``--dump-ir``,
+``FORNAX_LOG=compiler``), which only a real compile produces.
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ class CompileCache:
         self._directory = Path(directory) if directory is not None else None
         self.memory: dict[str, object] = {}
         self.stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "disk_writes": 0,
-                      "corrupt": 0, "not_stored": 0}
+                      "corrupt": 0, "not_stored": 0, "bypassed": 0}
         self.last_problem = ""
 
     @property
