@@ -259,7 +259,7 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
                 f"caching allocator: {seam['malloc_calls']} mallocs, {seam['segment_allocations']} "
                 f"segments from the driver, {seam['cache_hits']} served from cache, peak {fmt_bytes(seam['peak_allocated_bytes'])}; "
                 f"module cache hits {seam['module_cache_hits']}"]
-    return [f"{seam['api']} on {', '.join(seam['devices'])}; loads {', '.join(seam['loadable_formats'])}",
+    return [f"{seam['api']} on {_counted(seam['devices'])}; loads {', '.join(seam['loadable_formats'])}",
             f"{seam['modules_loaded']} module(s) loaded ({seam['jit_compiles']} JIT, "
             f"{seam['il_builds']} IL builds, {fmt_time(seam['module_load_s'])}), "
             f"{seam['launches']} launches, {seam['copies']} copies "
@@ -362,6 +362,17 @@ def render(report: dict, console: Console | None = None, all_rows: bool = False)
         console.print(rt)
     for e in report["errors"]:
         console.print(f"[red]error[/] {e['message']}")
+
+
+def _counted(names: list[str]) -> str:
+    """Names in order, each run of one name once with its count (``sm_90 x1024``)."""
+    runs: list[list] = []
+    for n in names:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ", ".join(n if k == 1 else f"{n} x{k}" for n, k in runs)
 
 
 def _cache_levels(c: dict | None) -> str:

@@ -29,7 +29,6 @@ between compiler output and driver load; with no such path (or with
 from __future__ import annotations
 
 import importlib
-import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -44,6 +43,7 @@ from .layers.translate import TranslatingCompiler, Translator, find_path, transl
 from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
 from .sim.faults import SpecError
+from .sim import tomlfile
 from .sim.spec import ChipSpec, load_spec
 from .sim.topology import KINDS as TOPOLOGY_KINDS
 from .sim.topology import Topology
@@ -55,6 +55,11 @@ BUILTIN = {
     "null": "fornax.vendors.null:VENDOR",
 }
 DEFAULT_SPEC = "h200-like"
+#: devices one process simulates (each a full device model; every device learns every
+#: other's memory for fault attribution), and a full mesh's (a link per ordered pair)
+MAX_DEVICES = 1024
+MAX_MESH_DEVICES = 64
+
 _STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate"}
 
 
@@ -156,6 +161,13 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
     if not isinstance(cfg.topology, str) or cfg.topology not in TOPOLOGY_KINDS:
         raise ConfigError(f"unknown topology {cfg.topology!r}; choose one of: "
                           f"{', '.join(TOPOLOGY_KINDS)}")
+    limit = MAX_MESH_DEVICES if cfg.topology == "mesh" else MAX_DEVICES
+    if cfg.devices > limit:
+        raise ConfigError(f"{cfg.devices} devices is more than one fornax process simulates"
+                          f"{' in a full mesh' if cfg.topology == 'mesh' else ''} (at most {limit})",
+                          hint="a mesh links every pair of devices (real ones join 8); use the "
+                               "switch or ring topology for more" if cfg.topology == "mesh" else
+                               f"simulate at most {MAX_DEVICES} devices per process")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {cfg.seed!r}")
     refs = vendor_refs()
@@ -169,12 +181,7 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
 def load_config(path: str | Path) -> StackConfig:
     """Read a stack config TOML file (data only) into a base config."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    data = tomlfile.read(p, "config file", ConfigError)
     unknown_top = sorted(set(data) - {"stack"})
     if unknown_top:
         raise ConfigError(f"config file {p}: unknown table(s) {', '.join(unknown_top)}; "

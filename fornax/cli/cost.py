@@ -13,10 +13,11 @@ import re
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..layers.errors import ConfigError
-from ..report import fmt_time
+from ..report import fmt_bytes, fmt_time
 from ..sim import cost as model
 from ..sim.spec import load_spec
 from ..sim.topology import ALGORITHMS, KINDS, Topology
@@ -79,16 +80,30 @@ def _choice(text: str, options, what: str) -> str:
     return text
 
 
-def _emit(as_json: bool, title: str, result: dict, rows: list[tuple[str, str]]) -> None:
+def _capacity(spec, needed: int, what: str) -> list[str]:
+    """A warning when ``needed`` bytes (``what``) exceed one device's memory on ``spec``: the
+    estimate is still the model's, but no single device could hold the operands."""
+    if needed <= spec.hbm_bytes:
+        return []
+    return [f"{what} need {fmt_bytes(needed)}, more than the {fmt_bytes(spec.hbm_bytes)} of device "
+            f"memory on {spec.name} ({needed / spec.hbm_bytes:.3g}x): no single device holds them; "
+            f"split the work across devices or shrink it"]
+
+
+def _emit(as_json: bool, title: str, result: dict, rows: list[tuple[str, str]],
+          warnings: list[str] = ()) -> None:
     if as_json:
-        click.echo(json.dumps({"schema": "fornax.cost/1", **result}))
+        click.echo(json.dumps({"schema": "fornax.cost/1", **result, "warnings": list(warnings)}))
         return
     t = Table(title=title, show_header=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
     for k, v in rows:
         t.add_row(k, v)
-    Console().print(t)
+    console = Console()
+    console.print(t)
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 spec_option = click.option("--spec", "spec_name", default=DEFAULT_SPEC, show_default=True,
@@ -129,6 +144,9 @@ def gemm(m, n, k, batch, dtype, spec_name, as_json, debug):
               "tflops": e.tflops, "peak_tflops": peak / 1e12, "fraction_of_peak": e.tflops * 1e12 / peak,
               "matrix_unit": dt in spec.matrix_peak, **_kernel_fields(e.cost)}
     tile = "x".join(map(str, e.detail["tile"]))
+    operands = sizes["batch"] * (sizes["m"] * sizes["k"] + sizes["k"] * sizes["n"]
+                                 + sizes["m"] * sizes["n"]) * model.itemsize(dt)
+    warnings = _capacity(spec, operands, "A, B and C")
     _emit(as_json, f"GEMM {sizes['m']}x{sizes['n']}x{sizes['k']} {dt} on {spec.name}", result, [
         ("time", fmt_time(e.time_s)), ("throughput", f"{e.tflops:.1f} TFLOP/s"),
         ("of peak", f"{result['fraction_of_peak']:.0%} of {peak / 1e12:.0f} TFLOP/s"
@@ -139,7 +157,7 @@ def gemm(m, n, k, batch, dtype, spec_name, as_json, debug):
         ("compute / memory", f"{fmt_time(e.cost.compute_s)} / {fmt_time(e.cost.memory_s)}"),
         ("launch + ramp", f"{fmt_time(e.cost.launch_s)} + {fmt_time(e.cost.ramp_s)}"),
         ("HBM / L2 traffic", f"{e.cost.hbm_bytes / 1e9:.3f} GB / {e.cost.l2_bytes / 1e9:.3f} GB"),
-    ])
+    ], warnings)
 
 
 @cost.command()
@@ -158,8 +176,11 @@ def copy(nbytes, kind, spec_name, as_json, debug):
     result = {"op": "copy", "spec": spec.name, "kind": kind, "bytes": size, "time_s": e.time_s,
               "gbps": e.gbps, "bytes_counted": e.bytes}
     note = " (read + write)" if kind == "d2d" else ""
+    # a device-to-device copy holds source and destination on the one device
+    warnings = _capacity(spec, size * (2 if kind == "d2d" else 1),
+                         "source and destination" if kind == "d2d" else "the buffer")
     _emit(as_json, f"{kind} copy of {size} bytes on {spec.name}", result, [
-        ("time", fmt_time(e.time_s)), ("bandwidth", f"{e.gbps:.1f} GB/s{note}")])
+        ("time", fmt_time(e.time_s)), ("bandwidth", f"{e.gbps:.1f} GB/s{note}")], warnings)
 
 
 @cost.command()
@@ -186,7 +207,8 @@ def allreduce(nbytes, devices, kind, algorithm, spec_name, as_json, debug):
               "algorithm": algorithm, "time_s": t, "gbps": algbw, "bus_gbps": busbw}
     _emit(as_json, f"all-reduce of {size} bytes over {n} devices ({kind}, {algorithm}) on {spec.name}",
           result, [("time", fmt_time(t)), ("algorithm bandwidth", f"{algbw:.1f} GB/s"),
-                   ("bus bandwidth", f"{busbw:.1f} GB/s (x 2(N-1)/N)")])
+                   ("bus bandwidth", f"{busbw:.1f} GB/s (x 2(N-1)/N)")],
+          _capacity(spec, size, "the buffer on each device"))
 
 
 @cost.command()
@@ -216,4 +238,5 @@ def attention(batch, heads, seq, head_dim, causal, dtype, spec_name, as_json, de
         ("bound", e.cost.bound),
         ("compute / memory", f"{fmt_time(e.cost.compute_s)} / {fmt_time(e.cost.memory_s)}"),
         ("HBM / L2 traffic", f"{e.cost.hbm_bytes / 1e9:.3f} GB / {e.cost.l2_bytes / 1e9:.3f} GB"),
-    ])
+    ], _capacity(spec, 4 * sizes["batch"] * sizes["heads"] * sizes["seq"] * sizes["head_dim"]
+                 * model.itemsize(dt), "Q, K, V and the output"))

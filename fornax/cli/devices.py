@@ -370,7 +370,7 @@ def render(doc: dict, style: ToolStyle) -> str:
               help="Stack config TOML (as `fornax compose --config`); flags override it.")
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--devices", "count", type=int, default=None, metavar="N",
-              help="Simulated devices (default 1, or the config's).")
+              help="Simulated devices (default 1, or the config's; at most 1024, 64 in a mesh).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fornax.devices/1 JSON document.")
 @debug_option
 @handle_errors

@@ -54,7 +54,8 @@ def main() -> None:
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
 @click.option("--devices", type=int, default=None, metavar="N",
-              help="Simulated devices joined by the topology (default 1; the run uses device 0).")
+              help="Simulated devices joined by the topology (default 1, at most 1024, 64 in a "
+                   "mesh; the run uses device 0).")
 @click.option("--topology", default=None, metavar="KIND",
               help="Fabric between the devices: switch (default), mesh or ring.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")

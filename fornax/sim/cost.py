@@ -227,7 +227,7 @@ def _check_positive(**sizes) -> None:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
-def _itemsize(dtype: str) -> int:
+def itemsize(dtype: str) -> int:
     if dtype not in ITEMSIZE:
         raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(ITEMSIZE)})")
     return ITEMSIZE[dtype]
@@ -251,7 +251,7 @@ def gemm_counters(m: int, n: int, k: int, batch: int = 1, dtype: str = "bfloat16
     counted.  Buffers are laid out back to back from address 0.
     """
     _check_positive(m=m, n=n, k=k, batch=batch)
-    isz = _itemsize(dtype)
+    isz = itemsize(dtype)
     bm, bn, bk = tile
     if clamp:
         bm, bn, bk = min(bm, _next_pow2(m)), min(bn, _next_pow2(n)), min(bk, _next_pow2(k))
@@ -270,7 +270,7 @@ def gemm_counters(m: int, n: int, k: int, batch: int = 1, dtype: str = "bfloat16
 
 
 def _fitting_tiles(spec: ChipSpec, dtype: str):
-    isz = _itemsize(dtype)
+    isz = itemsize(dtype)
     tiles = [(bm, bn, bk if isz < 4 else bk // 2) for bm, bn, bk in GEMM_TILES]
     fit = [t for t in tiles
            if (t[0] * t[2] + t[2] * t[1]) * isz * PIPELINE_STAGES <= spec.shared_memory_per_unit]
@@ -285,7 +285,7 @@ def gemm_cost(spec: ChipSpec, m: int, n: int, k: int, dtype: str = "bfloat16", b
     :data:`GEMM_TILES` whose pipeline fits the unit's shared memory.
     """
     _check_positive(m=m, n=n, k=k, batch=batch)
-    _itemsize(dtype)
+    itemsize(dtype)
     best = None
     for t in ([tuple(tile)] if tile else _fitting_tiles(spec, dtype)):
         c = gemm_counters(m, n, k, batch, dtype, t)
@@ -309,7 +309,7 @@ def attention_counters(batch: int, heads: int, seq: int, head_dim: int, causal: 
     vector unit in float32.  Q, K, V and O are laid out back to back.
     """
     _check_positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
-    isz = _itemsize(dtype)
+    isz = itemsize(dtype)
     br, bc = min(block[0], _next_pow2(seq)), min(block[1], _next_pow2(seq))
     nq, nk = math.ceil(seq / br), math.ceil(seq / bc)
     if causal:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from . import tomlfile
 from .faults import SpecError
 
 #: field name -> (type, description).  Every field is required.
@@ -182,22 +183,17 @@ def available_specs() -> list[str]:
 
 def load_spec(name_or_path: str | Path) -> ChipSpec:
     """Load a shipped spec by name, or a spec file by path."""
-    text: str
-    where: str
     path = Path(name_or_path)
     if isinstance(name_or_path, Path) or str(name_or_path).endswith(".toml"):
-        if not path.is_file():
-            raise SpecError(f"chip spec file {path} does not exist")
-        text, where = path.read_text(), str(path)
-    else:
-        name = str(name_or_path)
-        if name not in available_specs():
-            raise SpecError(
-                f"unknown chip spec {name!r}; shipped specs: {', '.join(available_specs())} "
-                "(or give a path to a .toml spec file)"
-            )
-        text = (resources.files(__package__) / "specs" / f"{name}.toml").read_text()
-        where = name
+        return _validate(tomlfile.read(path, "chip spec file", SpecError), str(path))
+    name = str(name_or_path)
+    if name not in available_specs():
+        raise SpecError(
+            f"unknown chip spec {name!r}; shipped specs: {', '.join(available_specs())} "
+            "(or give a path to a .toml spec file)"
+        )
+    text = (resources.files(__package__) / "specs" / f"{name}.toml").read_text(encoding="utf-8")
+    where = name
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

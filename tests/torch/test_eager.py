@@ -208,6 +208,24 @@ def test_device_module_and_memory_statistics():
         torch.fornax.get_device_properties(1)
 
 
+FACTORIES = {
+    "empty": lambda d: torch.empty(2, device=d), "ones": lambda d: torch.ones(2, device=d),
+    "zeros": lambda d: torch.zeros(2, device=d), "full": lambda d: torch.full((2,), 3.0, device=d),
+    "arange": lambda d: torch.arange(3, device=d), "linspace": lambda d: torch.linspace(0, 1, 3, device=d),
+    "eye": lambda d: torch.eye(2, device=d), "tensor": lambda d: torch.tensor([1.0], device=d),
+    "scalar_tensor": lambda d: torch.scalar_tensor(1.0, device=d), "randn": lambda d: torch.randn(2, device=d),
+    "randint": lambda d: torch.randint(0, 3, (2,), device=d),
+    "zeros_like": lambda d: torch.zeros_like(torch.ones(2), device=d), "to": lambda d: torch.ones(2).to(d),
+}
+
+
+@pytest.mark.parametrize("factory", sorted(FACTORIES))
+def test_every_factory_refuses_a_device_the_face_cannot_address(factory):
+    with pytest.raises(ft.DeviceError, match="fornax device 1 does not exist"):
+        FACTORIES[factory]("fornax:1")
+    assert FACTORIES[factory]("fornax:0").device == torch.device("fornax:0")
+
+
 def test_streams_and_events_time_device_work():
     ft.use_stack("cuda-like")
     s = torch.fornax.Stream()

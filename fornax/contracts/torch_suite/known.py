@@ -31,12 +31,12 @@ tables are), so the table can only shrink as fornax gets better.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from ...layers.errors import ConfigError
+from ...sim import tomlfile
 
 SCHEMA = "known-failures.schema.json"
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
@@ -113,12 +113,7 @@ class KnownFailures:
     @classmethod
     def load(cls, path: str | Path) -> "KnownFailures":
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"known-failure table {path} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        data = tomlfile.read(path, "known-failure table", ConfigError)
         data.setdefault("failure", [])
         validate(data, str(path))
         return cls(data["family"], [Entry(**f) for f in data["failure"]], str(path))

@@ -139,6 +139,7 @@ def dispatch(op, *args, **kwargs):
 def _dispatch(session: Session, op, args, kwargs):
     info = op_info(op)
     _checks.validate(info.name, op, args, kwargs)
+    _requested.check_index(op, args, kwargs)
     args, kwargs = _adopt_cpu_scalars(info, op, args, kwargs)
     if info.kind == "view":
         session.stats.record(info.name, "view")
