@@ -125,7 +125,9 @@ class Jitted:
         self.cache: OrderedDict = OrderedDict()
         self.cache_size = cache_size
         self._traced_fns: dict = {}          # signature -> the callback functions (see _traced)
-        functools.update_wrapper(self, fn)
+        # name and docs only: a wrapped object's own attributes (a pmap's lower) must not
+        # shadow this class's methods
+        functools.update_wrapper(self, fn, updated=())
 
     @property
     def client(self) -> Client:
@@ -199,7 +201,7 @@ class Jitted:
         client = prog.client
         with client.lock:
             bufs = [x if isinstance(x, Buffer) and x.client is client
-                    else client.buffer_from_pyval(x.to_numpy() if isinstance(x, Buffer) else x, aval=r.aval)
+                    else client.value_from_pyval(x.to_numpy() if isinstance(x, Buffer) else x, r.aval)
                     for x, r in zip(leaves, prog.ins)]
             client.counts["executions"] += 1
             outs = prog.run(bufs)

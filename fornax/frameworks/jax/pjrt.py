@@ -169,6 +169,42 @@ class Buffer:
         return f"Buffer({self.aval.str_short()}, {self.device()!r}, {self.nbytes} bytes)"
 
 
+class HostValue:
+    """A value whose dtype has no fornax device form (complex, ``uint64``, float8): it is made
+    by a host-fallback equation and used by others, so it stays on the host between them
+    and is never uploaded.  It answers the same questions a :class:`Buffer` does."""
+
+    nbytes = 0
+    ready = None
+
+    def __init__(self, client: "Client", aval, value):
+        self.client, self.aval = client, aval
+        self.value = np.asarray(value)
+
+    shape = Buffer.shape
+    dtype = Buffer.dtype
+    size = Buffer.size
+    ndim = Buffer.ndim
+
+    def to_numpy(self) -> np.ndarray:
+        return self.value
+
+    def __array__(self, dtype=None, copy=None):
+        return self.value if dtype is None else self.value.astype(dtype)
+
+    def is_deleted(self) -> bool:
+        return False
+
+    def is_ready(self) -> bool:
+        return True
+
+    def block_until_ready(self) -> "HostValue":
+        return self
+
+    def __repr__(self) -> str:
+        return f"HostValue({self.aval.str_short()}, on the host: no fornax device dtype)"
+
+
 class Client:
     """The PJRT-shaped client of one composed stack."""
 
@@ -254,6 +290,13 @@ class Client:
                 self.runtime.memcpy_h2d(address, host, self.stream)
             self.counts["h2d_bytes"] += host.nbytes
             return Buffer(self, aval, address, self.record())
+
+    def value_from_pyval(self, value, aval) -> "Buffer | HostValue":
+        """A program's value: a device buffer, or a :class:`HostValue` when ``aval``'s dtype
+        has no device form (the equations using it run on the host too)."""
+        if L.device_dtype(aval.dtype) is None:
+            return HostValue(self, aval, value)
+        return self.buffer_from_pyval(value, aval=aval)
 
     def empty(self, aval) -> Buffer:
         """A device buffer for a result of ``aval`` (written by the work enqueued next)."""

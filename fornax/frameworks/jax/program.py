@@ -148,11 +148,14 @@ class Host:
         client = prog.client
         args = [prog.host_value(env, a) for a in self.ins]
         cpu = jax.devices("cpu")[0]
-        with jax.default_device(cpu):
-            res = self.eqn.primitive.bind(*args, **self.eqn.params)
+        # as jax's own eval_jaxpr binds an equation: a higher-order primitive (jit, shard_map,
+        # custom_jvp_call) rebuilds its bind parameters from the equation's
+        params = self.eqn.primitive.get_bind_params(self.eqn.params)
+        with jax.default_device(cpu), self.eqn.ctx.manager:
+            res = self.eqn.primitive.bind(*args, **params)
         res = res if self.eqn.primitive.multiple_results else [res]
         for r, v in zip(self.outs, res):
-            env[r] = client.buffer_from_pyval(v, aval=r.aval)
+            env[r] = client.value_from_pyval(v, r.aval)
         client.counts["host_fallback_runs"] += 1
 
 
@@ -243,7 +246,7 @@ class Program:
         if isinstance(a, Lit):
             b = self.consts.get(a)
             if b is None:
-                b = self.consts[a] = self.client.buffer_from_pyval(a.val, aval=a.aval)
+                b = self.consts[a] = self.client.value_from_pyval(a.val, a.aval)
             return b
         return env[a]
 
@@ -260,7 +263,7 @@ class Program:
             ins.run(self, env)
             for r in self.last_use.get(i, ()):
                 env.pop(r, None)
-        return [self.client.buffer_from_pyval(a.val, aval=a.aval) if isinstance(a, Lit)
+        return [self.client.value_from_pyval(a.val, a.aval) if isinstance(a, Lit)
                 else env[a] for a in self.outs]
 
     def describe(self, indent: str = "") -> str:
@@ -325,6 +328,12 @@ class _Builder:
                 if seg is not None:
                     self._close(seg, i, prog)
                     seg = None
+                odd = _host_only(e)
+                if odd is not None:         # a loop or branch carrying complex values: jax runs it
+                    reason = f"{e.kind}: {odd} has no fornax device dtype"
+                    prog.instrs.append(Host(e.eqn, e.ins, e.outs, reason))
+                    self.client.record_route(e.kind, "fallback", reason)
+                    continue
                 prog.instrs.append(self._control(e))
                 self.client.record_route(e.kind, "control")
         if seg is not None:
@@ -382,6 +391,15 @@ class _Builder:
         nc, ncarry = p["num_consts"], p["num_carry"]
         return Scan(self._sub(p["jaxpr"], "scan"), e.ins[:nc], e.ins[nc:nc + ncarry],
                     e.ins[nc + ncarry:], e.outs, int(p["length"]), bool(p["reverse"]))
+
+
+def _host_only(e) -> object | None:
+    """The first dtype among ``e``'s operands and results that has no device form, or None."""
+    for a in (*e.ins, *e.outs):
+        dt = getattr(a.aval, "dtype", None)
+        if dt is not None and L.device_dtype(dt) is None and not L.is_key(dt):
+            return dt
+    return None
 
 
 @dataclass(eq=False)
