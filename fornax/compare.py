@@ -37,7 +37,7 @@ from . import report as report_mod
 from .layers.errors import ConfigError, FornaxError
 from .scenarios.workloads import DEFAULT_WORKLOAD, get_workload, numerics
 from .sim.faults import FaultPlan
-from .stack import Stack, StackConfig, compose, load_config, make_config, vendor_refs
+from .stack import Stack, StackConfig, compose, load_config, make_config, runnable_vendors
 
 SCHEMA = "fornax.compare/1"
 #: where a workload comes from: the graph IR, a torch.nn program, a JAX function
@@ -306,7 +306,7 @@ def columns(workload: str | None = None, *, vendors=None, frameworks=None, stack
         stacks_by_label = [(label, _stack_config(p, spec, seed), p)
                            for label, p in zip(_file_labels(paths), paths)]
     else:
-        names = _names(vendors, "--vendors", sorted(vendor_refs())) if vendors else list(DEFAULT_VENDORS)
+        names = _names(vendors, "--vendors", runnable_vendors()) if vendors else list(DEFAULT_VENDORS)
         stacks_by_label = [(v, make_config(v, spec=spec, seed=seed), None) for v in names]
     return [Column(label if len(fws) == 1 else f"{label}/{fw}", cfg, fw, name, path)
             for label, cfg, path in stacks_by_label for fw in fws]

@@ -85,10 +85,24 @@ def vendor_refs() -> dict[str, str]:
     return refs
 
 
+#: vendors that are templates to copy, not families to run: every hook of ``null`` raises
+#: "not implemented" (it is what conformance suites are tried on and new families start from)
+TEMPLATES = frozenset({"null"})
+
+
+def runnable_vendors() -> list[str]:
+    """The vendor names a stack can be composed from (every registered one but the templates)."""
+    return sorted(set(vendor_refs()) - TEMPLATES)
+
+
+def _valid_vendors() -> str:
+    return f"valid vendors: {', '.join(runnable_vendors())} ({', '.join(sorted(TEMPLATES))} is a template)"
+
+
 def get_vendor(name: str) -> Vendor:
     refs = vendor_refs()
     if name not in refs:
-        raise UnknownVendorError(f"unknown vendor {name!r}; valid vendors: {', '.join(sorted(refs))}")
+        raise UnknownVendorError(f"unknown vendor {name!r}; {_valid_vendors()}")
     return _load_object(refs[name], name)
 
 
@@ -172,9 +186,14 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
         raise ConfigError(f"seed must be a non-negative integer, got {cfg.seed!r}")
     refs = vendor_refs()
     for seam, v in cfg.seams.items():
+        if isinstance(v, str) and v in TEMPLATES:
+            raise UnknownVendorError(
+                f"vendor {v!r} (seam {seam}) is the template vendor: every hook raises \"not "
+                f"implemented\", so no stack runs on it; {_valid_vendors()}",
+                hint=f"copy fornax/vendors/{v} to start a family (docs/guide.md); `fornax conform "
+                     f"SEAM --vendor {v}` shows what each seam still lacks")
         if not isinstance(v, str) or v not in refs:
-            raise UnknownVendorError(f"unknown vendor {v!r} for seam {seam}; valid vendors: "
-                                     f"{', '.join(sorted(refs))}")
+            raise UnknownVendorError(f"unknown vendor {v!r} for seam {seam}; {_valid_vendors()}")
     return cfg
 
 

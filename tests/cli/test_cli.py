@@ -104,7 +104,8 @@ def test_mixed_runtime_runs():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--vendor", "nonsense"], "valid vendors: cuda-like, null, rocm-like, xpu-like"),
+    (["--vendor", "nonsense"], "valid vendors: cuda-like, rocm-like, xpu-like (null is a template)"),
+    (["--vendor", "null"], "is the template vendor: every hook raises"),
     (["--vendor", "cuda-like", "--seam", "kernel=cuda-like"], "valid seams"),
     (["--vendor", "cuda-like", "--seam", "compiler"], "SEAM=VENDOR"),
     (["--vendor", "cuda-like", "--workload", "resnet9000"], "unknown workload"),
