@@ -38,3 +38,22 @@ def test_compose_and_compile_human_output_in_a_process():
     assert "fornax stack" in p.stdout and "simulated device time" in p.stdout
     p = fornax("compile", "--workload", "mlp", "--vendor", "rocm-like", "--emit", "graph")
     assert p.returncode == 0 and p.stdout.startswith("graph mlp(")
+
+
+@pytest.mark.parametrize("after_s", [3.0, 6.0])
+def test_ctrl_c_ends_a_command_with_rc_130_and_one_line_jax_loaded_or_not(after_s):
+    """qualify imports JAX, whose garbage-collector callback used to swallow the interrupt
+    (the command ran on to exit 0); now it ends, at once, with one line."""
+    import signal
+    import time
+    p = subprocess.Popen([sys.executable, "-m", "fornax.cli", "qualify", "--vendor", "cuda-like"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(after_s)
+    assert p.poll() is None, "qualify finished before the interrupt"
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("the interrupted command did not end") from None
+    assert p.returncode == 130 and err.strip().splitlines() == ["fornax: error: interrupted"], err
