@@ -621,6 +621,8 @@ def _decompositions() -> dict:
         _DECOMPS = {op: fn for op, fn in decomposition_table.items()
                     if getattr(fn, "__module__", "").startswith("torch._decomp")}
         _DECOMPS.update(core_aten_decompositions())
+        from .corrected import DECOMPOSITIONS
+        _DECOMPS.update(DECOMPOSITIONS)       # where PyTorch's own computes something else
     return _DECOMPS
 
 
