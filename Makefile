@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint clean conformance-torch
+.PHONY: run test bench lint clean conformance-torch fuzz
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ bench: $(STAMP)
 # PyTorch's OpInfos, ModuleInfos and OptimInfos on every family (FAMILY=rocm-like: one), everything
 conformance-torch: $(STAMP)
 	$(BIN)/python -m fornax.contracts.torch_suite $(if $(FAMILY),--family $(FAMILY))
+
+# every parser and loader a user can feed, 8,000 cases per target (over 10^5 in all)
+fuzz: $(STAMP)
+	$(BIN)/python -m fornax.contracts.fuzz --cases 8000
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

@@ -472,7 +472,10 @@ def assemble(text: str) -> Program:
                 raise InvalidProgram(f"{where}: '}}' without an open loop")
             spec = loops.pop()
             body = tuple(stack.pop())
-            stack[-1].append(Loop(body=body, **spec))
+            try:
+                stack[-1].append(Loop(body=body, **spec))
+            except TypeError as exc:
+                raise InvalidProgram(f"{where}: malformed loop: {exc}") from None
         else:
             op = toks[0]
             opens = toks[-1] == "{"

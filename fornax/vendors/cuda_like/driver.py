@@ -28,7 +28,11 @@ class CudaLikeDriver(DriverBase):
 
     def decode_image(self, binary: KernelBinary) -> dict[str, isa.Program]:
         if binary.format == "ptx-like":
-            return ptx_kernels(binary.data.decode())    # the JIT: PTX-like text -> programs
+            try:
+                text = binary.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ContainerError(f"ptx-like image is not UTF-8 text (byte {exc.start})") from None
+            return ptx_kernels(text)                    # the JIT: PTX-like text -> programs
         header, kernels = unpack_programs(CUBIN_MAGIC, binary.data)
         if header.get("arch") != binary.target:
             raise ContainerError(f"cubin-like header says {header.get('arch')}, tag says {binary.target}")
