@@ -89,6 +89,7 @@ class Buffer:
         self._finalizer = None
         if address is not None and owner is None:
             self._finalizer = weakref.finalize(self, client._release, address)
+            self._finalizer.atexit = False     # at exit nothing waits on the simulated device
             client._live[address] = self.nbytes
 
     # -- jax.Array-like ---------------------------------------------------------------------------

@@ -336,6 +336,7 @@ class Program:
         self.steps: list = []
         self._lower(nodes)
         self._finalizer = weakref.finalize(self, _release, [s for s in self.steps if isinstance(s, _Segment)])
+        self._finalizer.atexit = False     # at exit nothing waits on the simulated device
 
     # -- lowering ------------------------------------------------------------------------------
     def _lower(self, nodes) -> None:

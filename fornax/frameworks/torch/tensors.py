@@ -53,7 +53,9 @@ def new_storage(nbytes: int, session: Session | None = None) -> torch.UntypedSto
     session = session or current()
     ptr = session.malloc(nbytes)
     storage = torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes))
-    weakref.finalize(storage, _free, session, ptr)
+    # at interpreter exit the bytes go with the process: freeing them there would wait on the
+    # simulated device (a blocking free synchronises), so the finaliser does not run then
+    weakref.finalize(storage, _free, session, ptr).atexit = False
     return storage
 
 
