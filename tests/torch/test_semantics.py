@@ -347,14 +347,14 @@ def test_cross_entropy_with_every_target_ignored_has_zero_gradient_not_nan():
     torch.testing.assert_close(got.cpu(), want)
 
 
-@pytest.mark.parametrize("shape", [(5,), (3, 5)])
+@pytest.mark.parametrize("shape", [(), (5,), (3, 5)])
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_multilabel_margin_loss_is_atens_not_torch_decomps(shape, reduction):
     """PyTorch's decomposition scores target positions after the first -1 and keeps a batch
     dimension for 1-D inputs; fornax composes the kernel's semantics (values, shape, grad)."""
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(shape, generator=gen, dtype=torch.float64)
-    t = torch.tensor([3, 1, 2, 0, -1] if len(shape) == 1 else [[3, 1, 2, 0, -1], [4, -1, 0, 1, 2], [0, 0, 1, 2, 3]])
+    t = torch.tensor({0: 0, 1: [3, 1, 2, 0, -1]}.get(len(shape), [[3, 1, 2, 0, -1], [4, -1, 0, 1, 2], [0, 0, 1, 2, 3]]))
     results = []
     for device in ("cpu", "fornax"):
         xx = x.detach().to(device).requires_grad_(True)

@@ -19,7 +19,7 @@ def multilabel_margin_loss_forward(input, target, reduction):
     terms built from ``input[0]``), and keeps the batch dimension it adds to a 1-D input
     (shape (1,) with reduction='none', where the kernels give a 0-d result)."""
     shape = input.shape
-    torch._check(input.dim() <= 2 and input.shape[-1] != 0 if input.dim() else False,
+    torch._check(input.dim() <= 2 and torch.atleast_2d(input).shape[1] != 0,
                  lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {shape}")
     torch._check(target.shape == shape,
                  lambda: f"inconsistent target size: {target.shape} for input of size: {shape}")
