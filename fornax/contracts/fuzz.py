@@ -145,7 +145,6 @@ def _seeds() -> dict:
         _SEEDS["isa-binary"] = isa.encode(program)
         _SEEDS["isa-assembly"] = isa.disassemble(program)
         _SEEDS["compile-cache"] = (compile_cache.dumps(plan, graph), graph)
-        _SEEDS["report"] = None
         for family in FAMILIES:
             s = compose(make_config(family, spec="tiny"))
             binary = s.compiler.compile(graph, s.target).binary
@@ -196,8 +195,7 @@ def _load_spec(text):
 
 
 def targets() -> list[Target]:
-    from hypothesis import strategies as st
-
+    """Every target (strategies are built when a target runs, so listing them is cheap)."""
     from ..layers import compile_cache
     from ..layers.binary import ContainerError, unpack_container
     from ..layers.errors import ConfigError, FornaxError
@@ -234,7 +232,6 @@ def targets() -> list[Target]:
                                   lambda t, f=f: (seed(f"{f}-assembly")[0], t)),
                               lambda case: case[0].parse_module(case[1]),
                               (ConfigError, InvalidProgram, FornaxError)))
-    del st
     return out
 
 
