@@ -250,9 +250,9 @@ class CompilerBase:
     def _count(self, stats: dict) -> None:
         """Add one plan's results (its ``stats``) to this compiler's report counts."""
         for k in ("ops_in", "ops_lowered", "kernels", "fused_kernels", "library_calls", "binary_bytes"):
-            self.counts[k] += stats[k]
+            self.counts[k] += stats.get(k, 0)
         self.counts["planned_peak_bytes"] = max(self.counts["planned_peak_bytes"],
-                                                stats["planned_peak_bytes"])
+                                                stats.get("planned_peak_bytes", 0))
 
     def _cache_put(self, key: str, plan: CompiledGraph, graph: Graph) -> None:
         self.compile_cache.put(key, plan, graph)
