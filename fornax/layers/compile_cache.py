@@ -275,6 +275,10 @@ class CompileCache:
         self.stats["misses"] += 1
         return None
 
+    def bypass(self) -> None:
+        """Count a compile that skipped the lookup (the IR after each pass was asked for)."""
+        self.stats["bypassed"] += 1
+
     def put(self, key: str, plan, graph) -> None:
         self.memory[key] = plan
         path = self.path(key)

@@ -280,7 +280,7 @@ class CompilerBase:
         if options.dump_ir or _log_enabled():
             # the IR after each pass exists only while compiling: a cache entry holds the plan,
             # not those texts, so a dump request compiles again (counted as bypassed)
-            self.compile_cache.stats["bypassed"] += 1
+            self.compile_cache.bypass()
         else:
             cached = self._cache_get(key, graph)
             if cached is not None:

@@ -139,14 +139,15 @@ def dispatch(op, *args, **kwargs):
 def _dispatch(session: Session, op, args, kwargs):
     info = op_info(op)
     _checks.validate(info.name, op, args, kwargs)
-    _requested.check_index(op, args, kwargs)
+    device = _requested.device_argument(op, args, kwargs)
+    _requested.check_index(device)
     args, kwargs = _adopt_cpu_scalars(info, op, args, kwargs)
     if info.kind == "view":
         session.stats.record(info.name, "view")
         return _view(op, args, kwargs)
     if info.kind == "functional":
         args, kwargs = _resolve_flags(session, args, kwargs)
-        if _requested.elsewhere(op, args, kwargs):
+        if _requested.elsewhere(device):
             return _cpu(session, info, op, args, kwargs,
                         "its device= argument asks for another device", home=False)
     rule = session.rules.get(op, _UNSET)

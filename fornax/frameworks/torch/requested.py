@@ -27,16 +27,15 @@ def device_argument(op, args, kwargs) -> torch.device | None:
     return None if value is None else torch.device(value)
 
 
-def check_index(op, args, kwargs) -> None:
-    """Refuse a ``device=fornax:N`` the PyTorch face cannot address, as ``empty`` and ``.to``
-    do: every factory the same way, before anything is allocated."""
-    device = device_argument(op, args, kwargs)
+def check_index(device: torch.device | None) -> None:
+    """Refuse a ``device=fornax:N`` (an op's :func:`device_argument`) the PyTorch face cannot
+    address, as ``empty`` and ``.to`` do: every factory the same way, before anything is
+    allocated."""
     if device is not None and device.type == DEVICE and device.index:
         from .device import _check_index
         _check_index(device)
 
 
-def elsewhere(op, args, kwargs) -> bool:
-    """Whether the call explicitly asks for a device other than fornax."""
-    device = device_argument(op, args, kwargs)
+def elsewhere(device: torch.device | None) -> bool:
+    """Whether an op's :func:`device_argument` asks for a device other than fornax."""
     return device is not None and device.type != DEVICE

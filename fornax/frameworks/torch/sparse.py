@@ -74,9 +74,7 @@ def to_dense(self, dtype=None, masked_grad=None):
 
 def _accumulate(dense, sparse, alpha):
     """``dense += alpha * sparse`` in place (duplicates add up, as they do on the CPU)."""
-    values = sparse._values()
-    if alpha != 1:
-        values = values * alpha
+    values = _alpha_scaled(sparse, alpha)
     if values.numel():
         dense.index_put_(tuple(sparse._indices()), values.to(dense.dtype), accumulate=True)
     return dense
@@ -142,11 +140,9 @@ def _on_values_(fn):
 
 
 def _scalar(other):
-    if isinstance(other, torch.Tensor):
-        if other.is_sparse or other.dim() != 0:
-            raise NotImplementedError("fornax: a sparse tensor multiplies or divides by a "
-                                      "scalar (or a 0-dim tensor) only")
-        return other
+    if isinstance(other, torch.Tensor) and (other.is_sparse or other.dim() != 0):
+        raise NotImplementedError("fornax: a sparse tensor multiplies or divides by a "
+                                  "scalar (or a 0-dim tensor) only")
     return other
 
 
