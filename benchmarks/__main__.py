@@ -17,7 +17,7 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import (calibration, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, real_clients,
+from . import (calibration, churn, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, real_clients,
                shape_only, torch_frontend)
 
 from . import REPEATS
@@ -78,6 +78,7 @@ def main() -> None:
     jax_frontend.main()
     opinfo.main()
     real_clients.main()
+    churn.main()
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
     costs = {
         "device_time_s": max(d.timeline.busy_time for d in stack.devices),
         "host_wall_s": host_wall_s,
-        "kernels": len(driver.kernel_log),
+        "kernels": getattr(driver.kernel_log, "total", len(driver.kernel_log)),
         "launches": driver.counts["launches"],
         "fused_kernels": sum(p.stats["fused_kernels"] for p in plans),
         "library_calls": len(stack.library.calls),
@@ -94,7 +94,8 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
         # cross-family binary translation between compiler output and driver load (simulated)
         "translations": seams["compiler"].get("translator", {}).get("translations", 0),
         "translate_s": seams["compiler"].get("translator", {}).get("simulated_s", 0.0),
-        "flops": float(sum(k.flops for k in driver.kernel_log)),
+        "flops": float(getattr(driver.kernel_log, "flops", None)
+                       or sum(k.flops for k in driver.kernel_log)),
         "spec_hbm_bytes": dev.spec.hbm_bytes,
     }
     power = [d.power.summary(until=costs["device_time_s"]) for d in stack.devices]

@@ -202,10 +202,18 @@ class CachingAllocator:
         self.stats["peak_allocated_bytes"] = self.stats["allocated_bytes"]
         self.stats["peak_reserved_bytes"] = self.stats["reserved_bytes"]
 
-    def empty_cache(self) -> int:
-        """Release every segment that is wholly free; the bytes released."""
+    def release_stream(self, stream: int) -> int:
+        """The stream is gone: release its wholly free segments (no later allocation can
+        reuse them); the bytes released."""
+        return self.empty_cache(stream)
+
+    def empty_cache(self, stream: int | None = None) -> int:
+        """Release every segment that is wholly free (of one ``stream``, if given); the
+        bytes released."""
         released = 0
         for seg in list(self.segments):
+            if stream is not None and seg.stream != stream:
+                continue
             if len(seg.blocks) == 1 and seg.blocks[0].free:
                 self._uncache(seg.blocks[0])
                 self._free(seg.ptr)
@@ -213,6 +221,7 @@ class CachingAllocator:
                 self.stats["reserved_bytes"] -= seg.size
                 self.stats["segment_frees"] += 1
                 released += seg.size
+        self._pools = {k: v for k, v in self._pools.items() if v}   # pools of streams now gone
         return released
 
     def summary(self, title: str) -> str:

@@ -63,6 +63,7 @@ class Module:
     how: str                         # "loaded", "jit", "built"
     entry: str = ""                  # a fat bundle's chosen image, "format:target"
     build_log: str = ""              # the JIT / IL build log (empty when the build said nothing)
+    loaded: bool = True              # False once unloaded (or its context destroyed)
 
 
 @dataclass(eq=False)
@@ -93,6 +94,34 @@ class KernelRecord:
     bytes: int
     bound: str
     launch: int = 0          # the driver's launch number (counts["launches"] when it was launched)
+
+
+class KernelLog(list):
+    """The driver's kernel records, oldest first.  A long-lived process bounds it with
+    ``limit``: past it the oldest half goes, and ``dropped``/``dropped_flops`` keep count,
+    so :attr:`total` and :attr:`flops` still cover every kernel that ran."""
+
+    def __init__(self, limit: int | None = None):
+        super().__init__()
+        self.limit = limit
+        self.dropped = 0
+        self.dropped_flops = 0.0
+
+    def append(self, record: KernelRecord) -> None:
+        super().append(record)
+        if self.limit is not None and len(self) > self.limit:
+            drop = len(self) - self.limit // 2
+            self.dropped_flops += sum(r.flops for r in self[:drop])
+            del self[:drop]
+            self.dropped += drop
+
+    @property
+    def total(self) -> int:
+        return self.dropped + len(self)
+
+    @property
+    def flops(self) -> float:
+        return self.dropped_flops + sum(r.flops for r in self)
 
 
 @runtime_checkable
@@ -131,6 +160,11 @@ class Driver(Protocol):
     def can_access_peer(self, index: int, peer: int) -> bool: ...
     def enable_peer_access(self, ctx: Context, peer_ctx: Context) -> None: ...
     def report(self) -> dict: ...
+    def destroy_queue(self, queue: Queue) -> None: ...
+    def unload_module(self, module: Module) -> None: ...
+    def handles(self) -> dict[str, int]: ...
+    def is_lost(self, index: int) -> bool: ...
+    def reset(self, index: int) -> None: ...
 
 
 def is_int(value) -> bool:
@@ -172,11 +206,12 @@ class DriverBase:
         self.lost_conditions = set(e.get("lost", ()))     # faults that lose the whole device
         self.lost: dict[int, FornaxError] = {}            # device index -> the error that lost it
         self.devices = list(devices)
-        self.contexts: list[Context] = []
+        self.contexts: list[Context] = []                 # live contexts
+        self.modules: dict[int, Module] = {}              # live modules by handle
         self.counts = {"contexts": 0, "modules_loaded": 0, "jit_compiles": 0, "il_builds": 0,
                        "launches": 0, "copies": 0, "h2d_bytes": 0, "d2h_bytes": 0, "d2d_bytes": 0,
                        "allocations": 0, "peer_bytes": 0}
-        self.kernel_log: list[KernelRecord] = []
+        self.kernel_log = KernelLog()
         self.counts["resets"] = 0
         self.peer_rule: str | None = d.get("peer", {}).get("rule")    # "explicit" or "query"
         self._peer_enabled: set[tuple[int, int]] = set()   # (context handle, peer context handle)
@@ -233,6 +268,11 @@ class DriverBase:
                 lost.code.name, f"device {index} is unusable after an earlier error ({lost.message})",
                 op=self.calls.get(call, call),
                 hint=f"reset the device ({self.calls.get('reset', 'reset')})")
+
+    def is_lost(self, index: int) -> bool:
+        """Whether device ``index`` is lost (every call fails until :meth:`reset`)."""
+        dev = self._device(index, "reset")
+        return index in self.lost or dev.lost is not None
 
     def check(self, ctx: Context, call: str) -> None:
         if not isinstance(ctx, Context) or not ctx.live:
@@ -302,6 +342,15 @@ class DriverBase:
             raise self.fail("invalid_context", "context already destroyed", call="destroy_context")
         ctx.device.memory.destroy_space(ctx.space)
         ctx.live = False
+        if ctx in self.contexts:
+            self.contexts.remove(ctx)
+        for module in [m for m in self.modules.values() if m.context is ctx]:
+            module.loaded = False
+            del self.modules[module.handle]
+        for q in list(ctx.queues):
+            q.destroyed = True
+            q.device.timeline.remove_queue(q.hwq)
+        ctx.queues.clear()
         stack = self._stack()
         if ctx in stack:
             stack.remove(ctx)                  # destroying a current context pops it
@@ -648,7 +697,21 @@ class DriverBase:
             raise err from None
         self.last_build_log = ""
         self.counts["modules_loaded"] += 1
-        return Module(next(_handles), ctx, binary, kernels, cost, how)
+        module = Module(next(_handles), ctx, binary, kernels, cost, how)
+        self.modules[module.handle] = module
+        return module
+
+    def unload_module(self, module: Module) -> None:
+        """Unload a module (``[driver.calls] unload_module``): its kernels can no longer be
+        launched; work already submitted still runs."""
+        if not isinstance(module, Module) or not module.loaded:
+            raise self.fail("invalid_handle", "the module was already unloaded or is not a module",
+                            call="unload_module")
+        if not module.context.live:
+            raise self.fail("invalid_context", "the module's context was destroyed",
+                            call="unload_module")
+        module.loaded = False
+        self.modules.pop(module.handle, None)
 
     def build_log(self) -> str:
         """The log of the last JIT / IL build (zeModuleBuildLogGetString-like); empty if it passed."""
@@ -691,6 +754,27 @@ class DriverBase:
         self.check(ctx, "create_queue")
         return self.queue_class(self, ctx)
 
+    def destroy_queue(self, queue: "QueueBase") -> None:
+        """Release a queue (``[driver.calls] destroy_queue``).  Work already submitted still
+        runs: the hardware queue retires once it has drained.  Later use is an error."""
+        if not isinstance(queue, QueueBase) or queue.destroyed:
+            raise self.fail("invalid_handle", "the queue was already destroyed or is not a queue",
+                            call="destroy_queue")
+        queue.destroyed = True
+        queue._pending_waits = []          # waits with no command after them order nothing
+        if queue in queue.ctx.queues:
+            queue.ctx.queues.remove(queue)
+        queue.release()
+        queue.device.timeline.remove_queue(queue.hwq)
+
+    def handles(self) -> dict[str, int]:
+        """Live handles: contexts, queues, modules and memory mappings (device, pinned,
+        managed and the queues' own) — all zero once everything is released."""
+        return {"contexts": len(self.contexts),
+                "queues": sum(len(c.queues) for c in self.contexts),
+                "modules": len(self.modules),
+                "mappings": sum(len(c.space.mappings()) for c in self.contexts)}
+
     def synchronize(self, ctx: Context | None) -> None:
         ctx = self.resolve_context(ctx, "synchronize")
         self.check(ctx, "synchronize")
@@ -713,7 +797,7 @@ class DriverBase:
             "ecc_corrected": sum(d.ecc_corrected for d in self.devices),
             "devices_lost": sorted(self.lost),
             "races": [r.to_dict() for d in self.devices for r in d.timeline.races],
-            "kernels_executed": len(self.kernel_log),
+            "kernels_executed": self.kernel_log.total,
             "module_load_s": self.module_load_s,
             "managed_migration_s": self.managed_migration_s,
         }
@@ -736,20 +820,28 @@ class QueueBase:
         self.hwq: HardwareQueue = ctx.device.timeline.create_queue(f"{driver.vendor}:{self.flavour}")
         ctx.queues.append(self)
         self.sem = Semaphore(f"{self.flavour}{self.hwq.id}")
+        self.destroyed = False
         self.submitted = 0
         self._pending_waits: list[tuple[Semaphore, int]] = []
         #: share of the spec's launch latency charged to kernels dispatched now (the runtime
         #: lowers it while it replays a captured graph: one graph launch, cheap nodes)
         self.launch_scale = 1.0
 
-    # -- vendor hook ------------------------------------------------------------
+    # -- vendor hooks -----------------------------------------------------------
     def _submit(self, packet: Packet) -> None:
         raise NotImplementedError
+
+    def release(self) -> None:
+        """The queue is destroyed: give back what the family's queue holds in its context
+        (work already submitted has read everything it needs)."""
 
     def _push(self, engine: str, work, label: str, kind: str, also_signal=()) -> None:
         # ``submitted`` counts a packet only once it is on the hardware queue: the garbage
         # collector can run a finaliser while the packet is built or submitted, and a free
         # that synchronises waits for ``submitted`` (which must not name this packet yet)
+        if self.destroyed:
+            raise self.driver.fail("invalid_handle", f"{self.flavour} {self.hwq.id} was destroyed",
+                                   call="destroy_queue", hint="create a new queue")
         value = self.submitted + 1
         waits, self._pending_waits = self._pending_waits, []
         packet = Packet(engine, work, label, kind, waits=waits, signals=[(self.sem, value), *also_signal])
@@ -760,7 +852,7 @@ class QueueBase:
     def launch(self, module: Module, entry: str, grid, args: dict) -> None:
         d = self.driver
         d.check(self.ctx, "launch")
-        if not isinstance(module, Module) or module.context is not self.ctx:
+        if not isinstance(module, Module) or module.context is not self.ctx or not module.loaded:
             raise d.fail("invalid_handle", "the module is not loaded in this queue's context",
                          call="launch")
         program = module.kernels.get(entry)

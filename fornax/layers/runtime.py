@@ -30,6 +30,7 @@ timeline and the race detector see exactly the ordering the family promises.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -59,6 +60,7 @@ class Stream:
     profiling: bool = True             # SYCL property::queue::enable_profiling (timing needs it there)
     queues: tuple = ()
     capture: "Graph | None" = None     # the graph being captured on this stream
+    destroyed: bool = False
     _next: int = 0
     _seen: dict = field(default_factory=dict)     # sem id -> value this stream already waits for
     _waits: list = field(default_factory=list)    # markers waited for since the last command
@@ -85,6 +87,7 @@ class Event:
     host_time: float = 0.0
     recorded: bool = False
     captured: bool = False             # recorded on a capturing stream: a graph node, not a point in time
+    destroyed: bool = False            # destroy_event was called: later use is an error
 
     def timestamp(self) -> float | None:
         """Simulated time at which the event completed (None while it has not)."""
@@ -148,6 +151,13 @@ class Runtime(Protocol):
     def synchronize(self) -> None: ...
     def memory_stats(self) -> dict: ...
     def report(self) -> dict: ...
+    def destroy_stream(self, stream: Stream) -> None: ...
+    def destroy_event(self, event: Event) -> None: ...
+    def unload_module(self, module: Module) -> None: ...
+    def destroy_graph(self, graph: Graph) -> None: ...
+    def empty_cache(self) -> None: ...
+    def handles(self) -> dict: ...
+    def device_reset(self, index: int | None = None) -> None: ...
 
 
 class PinnedHostPool:
@@ -249,9 +259,13 @@ class RuntimeBase:
                               hint="create a stream per thread with create_stream()")
         self.per_thread = bool(per_thread_default_stream)
         self._device = 0
+        self._stream_ids = itertools.count(1)
+        self._events: set[Event] = set()          # events of create_event not yet destroyed
+        self._graphs: set[Graph] = set()          # instantiated graphs not yet destroyed
         self._deferred_frees: list[int] = []      # frees asked for while a packet ran
         self._contexts: dict[int, Context] = {}
         self._streams: dict[int, list[Stream]] = {}
+        self._retiring: dict[int, list[Stream]] = {}   # destroyed streams whose work is pending
         self._defaults: dict[tuple, Stream] = {}
         self._modules: dict[tuple[int, str], Module] = {}
         self._allocators: dict[int, CachingAllocator] = {}
@@ -259,7 +273,7 @@ class RuntimeBase:
         self.counts = {"malloc_calls": 0, "module_cache_hits": 0, "module_loads": 0, "launches": 0,
                        "h2d_copies": 0, "d2h_copies": 0, "d2d_copies": 0, "host_syncs": 0, "streams": 0,
                        "implicit_waits": 0, "graph_replays": 0, "graph_nodes_replayed": 0, "cached_allocations": 0,
-                       "pageable_copies": 0, "pinned_copies": 0}
+                       "pageable_copies": 0, "pinned_copies": 0, "device_resets": 0}
 
     def _error(self, message: str, call: str, hint: str | None = None,
                condition: str = "invalid_value") -> FornaxError:
@@ -296,7 +310,8 @@ class RuntimeBase:
         ctx = self.context()
         n = 1 if in_order else self.queue_pool
         queues = tuple(self.driver.create_queue(ctx) for _ in range(n))
-        stream = Stream(len(streams) + 1, queues[0], self._device, blocking, in_order, kind, profiling, queues)
+        stream = Stream(next(self._stream_ids), queues[0], self._device, blocking, in_order, kind,
+                        profiling, queues)
         streams.append(stream)
         self.counts["streams"] += 1
         return stream
@@ -348,10 +363,38 @@ class RuntimeBase:
     def _stream(self, stream: Stream | None) -> Stream:
         if stream is None:
             return self.default_stream()
-        if not isinstance(stream, Stream):
-            raise self._error(f"expected a stream, got {type(stream).__name__}", "stream_synchronize",
+        if not isinstance(stream, Stream) or stream.destroyed:
+            what = "destroyed" if isinstance(stream, Stream) else type(stream).__name__
+            raise self._error(f"expected a stream, got a {what} one" if what == "destroyed" else
+                              f"expected a stream, got {what}", "stream_synchronize",
                               condition="invalid_handle")
         return stream
+
+    def destroy_stream(self, stream: Stream) -> None:
+        """Release a stream made by :meth:`create_stream` (cudaStreamDestroy): the call
+        returns at once; work already submitted still completes, then its driver queues go."""
+        s = self._stream(stream)
+        if s.kind != "created":
+            raise self._error(f"the {s.kind} stream is not destroyable; only streams made by "
+                              "create_stream() are", "destroy_stream", condition="invalid_handle")
+        if s.capture is not None:
+            raise self._capture_error(s, "destroying a capturing stream", "destroy_stream",
+                                      "capture_unsupported")
+        streams = self._streams.get(s.device, [])
+        if s in streams:
+            streams.remove(s)
+        if any(q.hwq.pending for q in s.queues):
+            # its work still counts for device synchronisation and the legacy stream's waits
+            self._retiring.setdefault(s.device, []).append(s)
+        s.destroyed = True
+        alloc = self._allocators.get(s.device)
+        if alloc is not None:
+            alloc.release_stream(s.id)   # its cached blocks can never be handed out again
+        for q in s.queues:
+            try:
+                self.driver.destroy_queue(q)
+            except FornaxError:          # its context is gone (a device reset): nothing to release
+                pass
 
     def _wait_marker(self, stream: Stream, marker: Marker) -> None:
         """Make every later command of ``stream`` wait for ``marker`` (once per value)."""
@@ -370,6 +413,8 @@ class RuntimeBase:
         """The legacy NULL stream's rule: its work waits for all prior work of the device's
         blocking streams, and a blocking stream's work waits for prior NULL-stream work."""
         peers = self._streams.get(stream.device, [])
+        if stream.kind == "legacy" and self._retiring.get(stream.device):
+            peers = peers + self._live_retiring(stream.device)
         if stream.kind == "legacy":
             others = [s for s in peers if s is not stream and s.blocking]
         elif stream.blocking:
@@ -408,8 +453,18 @@ class RuntimeBase:
     # -- events -------------------------------------------------------------------------
     def create_event(self, timing: bool = True) -> Event:
         """An event not yet recorded (cudaEventCreateWithFlags; ``timing=False`` is
-        cudaEventDisableTiming)."""
-        return Event(bool(timing))
+        cudaEventDisableTiming).  It is this runtime's until :meth:`destroy_event`."""
+        event = Event(bool(timing))
+        self._events.add(event)
+        return event
+
+    def destroy_event(self, event: Event) -> None:
+        """Release an event of :meth:`create_event` (cudaEventDestroy); later use is an error."""
+        if not isinstance(event, Event) or event not in self._events:
+            raise self._error("not an event of create_event, or already destroyed", "destroy_event",
+                              condition="invalid_handle")
+        self._events.discard(event)
+        event.destroyed = True
 
     def record_event(self, stream: Stream | None = None, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if None) at the current end of ``stream``: it completes
@@ -417,8 +472,9 @@ class RuntimeBase:
         earlier command, as a barrier does)."""
         s = self._stream(stream)
         ev = event if event is not None else Event(True)
-        if not isinstance(ev, Event):
-            raise self._error(f"expected an event, got {type(ev).__name__}", "record_event",
+        if not isinstance(ev, Event) or ev.destroyed:
+            raise self._error("the event was destroyed" if isinstance(ev, Event) else
+                              f"expected an event, got {type(ev).__name__}", "record_event",
                               condition="invalid_handle")
         ev.stream, ev.recorded = s, True
         if s.capture is not None:
@@ -432,8 +488,9 @@ class RuntimeBase:
         return ev
 
     def _check_event(self, event, call: str) -> Event:
-        if not isinstance(event, Event):
-            raise self._error(f"expected an event, got {type(event).__name__}", call,
+        if not isinstance(event, Event) or event.destroyed:
+            raise self._error("the event was destroyed" if isinstance(event, Event) else
+                              f"expected an event, got {type(event).__name__}", call,
                               condition="invalid_handle")
         if not event.recorded:
             raise self._error("the event was never recorded", call, condition="invalid_handle",
@@ -754,6 +811,16 @@ class RuntimeBase:
         self.counts["module_loads"] += 1
         return module
 
+    def unload_module(self, module: Module) -> None:
+        """Drop a module from the runtime's cache and unload it from the driver
+        (cudaLibraryUnload / hipModuleUnload / a kernel bundle's release)."""
+        key = next((k for k, m in self._modules.items() if m is module), None)
+        if key is None:
+            raise self._error("not a module this runtime loaded, or already unloaded",
+                              "unload_module", condition="invalid_handle")
+        del self._modules[key]
+        self.driver.unload_module(module)
+
     def launch(self, module: Module, entry: str, grid, args: dict, stream: Stream | None = None,
                depends_on=()) -> Event:
         """Launch a kernel on a stream (after ``depends_on`` events); returns its event."""
@@ -771,11 +838,17 @@ class RuntimeBase:
         if capturing:
             raise self._capture_error(capturing[0], "synchronising the device", "synchronize",
                                       "capture_unsupported")
-        for stream in self._streams.get(self._device, []):
+        for stream in self._streams.get(self._device, []) + self._retiring.pop(self._device, []):
             for q in stream.queues:
                 q.synchronize()
         self.counts["host_syncs"] += 1
         self._free_deferred()
+
+    def _live_retiring(self, device: int) -> list[Stream]:
+        """Destroyed streams of ``device`` that still have work queued (the rest are forgotten)."""
+        live = [s for s in self._retiring.get(device, []) if any(q.hwq.pending for q in s.queues)]
+        self._retiring[device] = live
+        return live
 
     # -- graph capture and replay ------------------------------------------------------------
     def begin_capture(self, stream: Stream) -> None:
@@ -811,7 +884,17 @@ class RuntimeBase:
                               "end_capture", condition="capture_invalidated",
                               hint="capture again without synchronising calls")
         graph.instantiated = True
+        self._graphs.add(graph)
         return graph
+
+    def destroy_graph(self, graph: Graph) -> None:
+        """Release an instantiated graph (cudaGraphExecDestroy); it can no longer be launched."""
+        if not isinstance(graph, Graph) or graph not in self._graphs:
+            raise self._error("not an instantiated graph of this runtime, or already destroyed",
+                              "destroy_graph", condition="invalid_handle")
+        self._graphs.discard(graph)
+        graph.instantiated = False
+        graph.nodes = []
 
     def graph_launch(self, graph: Graph, stream: Stream | None = None) -> Event:
         """Submit a captured graph as one launch: the first kernel pays the stream launch
@@ -845,6 +928,45 @@ class RuntimeBase:
         self.counts["graph_replays"] += 1
         self.counts["graph_nodes_replayed"] += len(graph.nodes)
         return self._after(s, q)
+
+    # -- handles and reset -----------------------------------------------------------------------
+    def handles(self) -> dict:
+        """Live handles: streams made by create_stream, events of create_event, loaded modules,
+        instantiated graphs, live device blocks; and the driver's contexts, queues, modules."""
+        created = sum(1 for ss in self._streams.values() for s in ss if s.kind == "created")
+        blocks = sum(len(a.active) for a in self._allocators.values())
+        return {"streams": created, "events": len(self._events), "modules": len(self._modules),
+                "graphs": len(self._graphs), "device_blocks": blocks,
+                **{f"driver_{k}": v for k, v in self.driver.handles().items()}}
+
+    def device_reset(self, index: int | None = None) -> None:
+        """Destroy everything this runtime holds on a device and start it afresh
+        (``[runtime.calls] device_reset``: cudaDeviceReset, hipDeviceReset; the SYCL runtime
+        makes a new context).  The primary context goes with every allocation, stream, module
+        and graph in it: a context made unusable by a sticky error is destroyed, a lost
+        device is reset in hardware first (the driver's ``reset``).  Old addresses, streams
+        and modules are invalid afterwards; the next call creates a fresh context."""
+        index = self._device if index is None else index
+        if not isinstance(index, int) or not 0 <= index < self.device_count():
+            raise self._error(f"device {index!r} does not exist ({self.device_count()} device(s))",
+                              "device_reset", condition="invalid_device")
+        ctx = self._contexts.pop(index, None)
+        if self.driver.is_lost(index):
+            self.driver.reset(index)             # destroys every context on the device
+        elif ctx is not None and ctx.live:
+            self.driver.destroy_context(ctx)
+        self._retiring.pop(index, None)
+        for s in self._streams.pop(index, []):
+            s.destroyed = True
+            if s.capture is not None:
+                s.capture = None
+        self._defaults = {k: v for k, v in self._defaults.items() if k[0] != index}
+        self._modules = {k: m for k, m in self._modules.items() if k[0] != index}
+        self._graphs = {g for g in self._graphs if g.stream.device != index}
+        self._events = {e for e in self._events if e.stream is None or e.stream.device != index}
+        self._allocators.pop(index, None)       # its memory went with the context
+        self._deferred_frees.clear()
+        self.counts["device_resets"] += 1
 
     def report(self) -> dict:
         return {"vendor": self.vendor, "api": self.facts["runtime"]["api"],

@@ -140,6 +140,7 @@ class DeviceMemory:
         self.device_index = device_index
         self.clock = lambda: 0.0               # host time, for usage_log (the Device wires it)
         self.usage_log: list[tuple[float, int]] = []   # (host time, bytes in use) at each change
+        self.usage_limit = 100_000             # past it the oldest half of usage_log goes
         self.fabric: list[DeviceMemory] = []   # the other devices' memories on one topology
 
     # -- contexts ---------------------------------------------------------
@@ -165,15 +166,20 @@ class DeviceMemory:
                 raise OutOfDeviceMemory(size, self.used, self.capacity)
             self.used += span
             self.peak = max(self.peak, self.used)
-            self.usage_log.append((self.clock(), self.used))
+            self._log_usage()
         va = self._next_va
         self._next_va += span + self.page_size       # one guard page after every mapping
         return va, span
 
+    def _log_usage(self) -> None:
+        self.usage_log.append((self.clock(), self.used))
+        if len(self.usage_log) > self.usage_limit:
+            del self.usage_log[:len(self.usage_log) - self.usage_limit // 2]
+
     def _release(self, mapping: Mapping) -> None:
         if mapping.kind is not MemoryKind.HOST_PINNED:
             self.used -= mapping.span
-            self.usage_log.append((self.clock(), self.used))
+            self._log_usage()
         i = bisect.bisect_left([m.va for m in self._all], mapping.va)
         if i < len(self._all) and self._all[i] is mapping:
             del self._all[i]

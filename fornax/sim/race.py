@@ -116,6 +116,7 @@ class RaceDetector:
         self.races_total = 0
         self._shadow: dict[tuple[int, str], IntervalMap[Access]] = {}   # (queue, mode) -> latest accesses
         self._pairs: set[tuple[int, int]] = set()
+        self._retired: set[int] = set()      # released queues, forgotten once the host saw them end
 
     # -- clocks -------------------------------------------------------------
     def host_event(self) -> Clock:
@@ -178,6 +179,13 @@ class RaceDetector:
         kind = "write-write" if old.mode == new.mode == "write" else "read-write"
         self.races.append(Race(self.device, kind, lo, hi, first, second))
 
+    def retire(self, queue: int) -> None:
+        """``queue`` was released and has run its last packet: once the host has seen that
+        packet end (and so every later submission is ordered after it), :meth:`prune`
+        drops the queue from every clock, so clocks do not grow with every queue a long
+        process ever made."""
+        self._retired.add(queue)
+
     def prune(self) -> None:
         """Drop accesses the host has seen complete (call only while no work is pending)."""
         for key, shadow in list(self._shadow.items()):
@@ -187,6 +195,14 @@ class RaceDetector:
                 del self._shadow[key]
         if not self._shadow:
             self._pairs.clear()
+        for q in [q for q in self._retired
+                  if self.host_clock.get(q, 0) >= self.queue_clocks.get(q, {}).get(q, 0)
+                  and (q, "read") not in self._shadow and (q, "write") not in self._shadow]:
+            self._retired.discard(q)
+            self.queue_clocks.pop(q, None)
+            self.host_clock.pop(q, None)
+            for c in self.queue_clocks.values():
+                c.pop(q, None)
 
     @property
     def live(self) -> int:

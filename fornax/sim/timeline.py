@@ -123,6 +123,7 @@ class HardwareQueue:
         self.pending: deque[Packet] = deque()
         self.last_end = 0.0
         self.failure: SimError | None = None
+        self.retiring = False            # released: leaves the timeline once drained
 
     def submit(self, packet: Packet) -> None:
         packet.submitted_at = self.timeline.host_time
@@ -139,6 +140,8 @@ class Timeline:
         for i in range(copy_engines):
             self.engines[f"copy{i}"] = 0.0
         self.queues: list[HardwareQueue] = []
+        self._queue_ids = itertools.count()
+        self.retired_labels: dict[int, str] = {}    # released queues' labels, for traces
         self.records: list[Record] = []
         # a long-lived user (the torch eager device) bounds the history: past the limit the
         # oldest half goes, counted in records_dropped (None keeps every record)
@@ -163,9 +166,23 @@ class Timeline:
         self.engines.setdefault(name, 0.0)
 
     def create_queue(self, label: str = "") -> HardwareQueue:
-        q = HardwareQueue(self, len(self.queues), label or f"hwq{len(self.queues)}")
+        qid = next(self._queue_ids)
+        q = HardwareQueue(self, qid, label or f"hwq{qid}")
         self.queues.append(q)
         return q
+
+    def remove_queue(self, q: HardwareQueue) -> None:
+        """Release a hardware queue: now if it is idle, else once its last packet has run."""
+        q.retiring = True
+        if not q.pending and q in self.queues:
+            self._retire(q)
+
+    def _retire(self, q: HardwareQueue) -> None:
+        self.queues.remove(q)
+        self.race_detector.retire(q.id)
+        if len(self.retired_labels) >= 4096:         # a churning process: keep the newest
+            self.retired_labels.pop(next(iter(self.retired_labels)))
+        self.retired_labels[q.id] = q.label
 
     # -- scheduling -------------------------------------------------------
     def _engine_for(self, packet: Packet) -> str:
@@ -217,6 +234,8 @@ class Timeline:
             return False
         start, q, packet, engine = best
         q.pending.popleft()
+        if q.retiring and not q.pending:
+            self._retire(q)
         self._commit(start)
         waits = packet.waits
         clock = self.race_detector.start_packet(

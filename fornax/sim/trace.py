@@ -73,14 +73,15 @@ def device_events(device) -> list[dict]:
                        "args": {"name": f"engine {name}"}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                        "args": {"sort_index": tid}})
-    for q in tl.queues:
-        tid = QUEUE_TID_BASE + q.id
+    labels = {**tl.retired_labels, **{q.id: q.label for q in tl.queues}}
+    shown = {q.id for q in tl.queues} | {rec.queue for rec in tl.records}
+    for qid in sorted(shown):
+        tid = QUEUE_TID_BASE + qid
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                       "args": {"name": f"queue {q.id} ({q.label})"}})
+                       "args": {"name": f"queue {qid} ({labels.get(qid, 'released')})"}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                        "args": {"sort_index": tid}})
 
-    labels = {q.id: q.label for q in tl.queues}
     for rec in sorted(tl.records, key=lambda r: (r.start, r.end)):
         args = {"queue": rec.queue, "queue_label": labels.get(rec.queue, ""), "engine": rec.engine,
                 **_clean(rec.args)}

@@ -98,6 +98,9 @@ class Session:
         self.alive = True
         for device in getattr(stack, "devices", ()):  # an eager process runs millions of packets
             device.timeline.record_limit = RECORD_LIMIT
+        log = getattr(getattr(stack, "driver", None), "kernel_log", None)
+        if hasattr(log, "limit"):
+            log.limit = RECORD_LIMIT
 
     # -- addresses ----------------------------------------------------------------------------
     def tag(self, address: int) -> int:

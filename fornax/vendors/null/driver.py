@@ -59,3 +59,18 @@ class NullDriver:
 
     def report(self):
         raise not_implemented("driver.report")
+
+    def destroy_queue(self, queue):
+        raise not_implemented("driver.destroy_queue")
+
+    def unload_module(self, module):
+        raise not_implemented("driver.unload_module")
+
+    def handles(self):
+        raise not_implemented("driver.handles")
+
+    def is_lost(self, index):
+        raise not_implemented("driver.is_lost")
+
+    def reset(self, index):
+        raise not_implemented("driver.reset")

@@ -91,3 +91,24 @@ class NullRuntime:
 
     def report(self):
         raise not_implemented("runtime.report")
+
+    def destroy_stream(self, stream):
+        raise not_implemented("runtime.destroy_stream")
+
+    def destroy_event(self, event):
+        raise not_implemented("runtime.destroy_event")
+
+    def unload_module(self, module):
+        raise not_implemented("runtime.unload_module")
+
+    def destroy_graph(self, graph):
+        raise not_implemented("runtime.destroy_graph")
+
+    def empty_cache(self):
+        raise not_implemented("runtime.empty_cache")
+
+    def handles(self):
+        raise not_implemented("runtime.handles")
+
+    def device_reset(self, index=None):
+        raise not_implemented("runtime.device_reset")

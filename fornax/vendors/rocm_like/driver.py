@@ -122,6 +122,11 @@ class AqlQueue(QueueBase):
             else:
                 raise self.driver.fail("invalid_value", f"invalid AQL packet type {kind}", call="launch")
 
+    def release(self) -> None:
+        """hsa_queue_destroy: the kernarg pool goes with the queue (dispatches read their
+        arguments when the packet processor took them)."""
+        self.ctx.space.unmap(self.kernarg.va)
+
     def _submit(self, packet: Packet) -> None:
         # dispatches come from the packet processor; copies from the SDMA engines, ordered
         # behind the queue's earlier work through the same completion signal
