@@ -29,6 +29,7 @@ from .compile import compile_cmd
 from .conform import conform
 from .cost import cost
 from .devices import devices
+from .drill import drill
 from .errors import FornaxGroup, _fail, debug_option, handle_errors
 from .qualify import qualify
 
@@ -228,5 +229,5 @@ def workloads(as_json, debug):
     Console().print(t)
 
 
-for _command in (conform, cost, compile_cmd, compare_cmd, devices, qualify):
+for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify):
     main.add_command(_command)

@@ -81,6 +81,7 @@ class Buffer:
                  owner: "Buffer | None" = None):
         self.client, self.aval = client, aval
         self._address = address
+        self._generation = client.generation
         self.ready = ready
         self.device_shape = L.device_shape(aval)
         self.device_dtype = L.device_dtype(aval.dtype)
@@ -124,6 +125,11 @@ class Buffer:
         if self.is_deleted():
             raise JaxDeviceError("the buffer was deleted", seam="framework",
                                  hint="keep the buffer (or the array you made it from) alive")
+        if self._generation != self.client.generation:
+            raise JaxDeviceError(
+                "the buffer's device memory was destroyed when the device was reset after "
+                f"{self.client.resets[self._generation]}", seam="framework",
+                hint="recompute it, or put the host value on the device again")
         return self._address
 
     def is_deleted(self) -> bool:
@@ -223,6 +229,8 @@ class Client:
         self.stream = self.runtime.default_stream()
         self.lock = threading.RLock()
         self._live: dict[int, int] = {}
+        self.generation = 0                  # bumped by reset_device
+        self.resets: dict[int, str] = {}     # generation -> the error that led to its reset
         self._devices = [Device(self, i) for i in range(self.runtime.device_count())]
         self.counts: Counter = Counter()
         #: (primitive, route) -> equations; route: native | fallback | control
@@ -255,6 +263,18 @@ class Client:
             raise JaxDeviceError(f"{device!r}: this client places buffers and runs programs on "
                                  "device 0; the others are listed for discovery", seam="framework",
                                  hint="use client.devices()[0]")
+
+    def reset_device(self, reason: str = "a device reset") -> None:
+        """Reset the device after an error left it unusable (a sticky context, a lost
+        device): the runtime seam destroys the context and everything in it; every buffer
+        made before is a clear error when used and is dropped without a free; executables
+        load their modules again on their next run."""
+        with self.lock:
+            self.runtime.device_reset(0)
+            self.resets[self.generation] = reason
+            self.generation += 1
+            self._live = {}
+            self.stream = self.runtime.default_stream()
 
     def allocate(self, nbytes: int) -> int | None:
         return self.runtime.allocate(nbytes, self.stream) if nbytes else None

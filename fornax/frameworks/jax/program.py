@@ -113,9 +113,14 @@ class Segment:
     outs: list[Ref]                # per plan output
     prims: dict                    # primitive -> equations lowered into this segment
     recorded: bool = False
+    generation: int = 0            # the client's device generation the plan was loaded in
 
     def run(self, prog: "Program", env: dict) -> None:
         client = prog.client
+        if self.plan is not None and self.generation != client.generation:
+            # the device was reset: its module and constants went with the old context
+            self.plan = client.framework.prepare(self.graph, client.stream)
+            self.generation = client.generation
         args = [prog.buffer(env, a) for a in self.ins]
         results = [client.empty(r.aval) for r in self.outs]
         if self.plan is not None:
@@ -245,8 +250,8 @@ class Program:
     def buffer(self, env: dict, a) -> Buffer:
         if isinstance(a, Lit):
             b = self.consts.get(a)
-            if b is None:
-                b = self.consts[a] = self.client.value_from_pyval(a.val, a.aval)
+            if b is None or getattr(b, "_generation", self.client.generation) != self.client.generation:
+                b = self.consts[a] = self.client.value_from_pyval(a.val, a.aval)   # (again, after a reset)
             return b
         return env[a]
 
@@ -371,7 +376,8 @@ class _Builder:
         if outs:
             route = self.client.framework.device_route(g)
             plan = None if route is not None else self.client.framework.prepare(g, self.client.stream)
-            prog.instrs.append(Segment(g.name, plan, g, seg.ins, outs, dict(seg.prims)))
+            prog.instrs.append(Segment(g.name, plan, g, seg.ins, outs, dict(seg.prims),
+                                       generation=self.client.generation))
         for r, src in aliases:
             prog.instrs.append(_Alias(r, src))
 

@@ -96,6 +96,7 @@ class Session:
         self.plans: OrderedDict = OrderedDict()  # eager executables, keyed by op signature
         self.rules: dict = {}                   # ATen op -> the family's torch_route answer
         self.alive = True
+        self.resets: dict[int, str] = {}        # session ids retired by a device reset -> why
         for device in getattr(stack, "devices", ()):  # an eager process runs millions of packets
             device.timeline.record_limit = RECORD_LIMIT
         log = getattr(getattr(stack, "driver", None), "kernel_log", None)
@@ -117,13 +118,37 @@ class Session:
 
     def free(self, ptr: int) -> None:
         with self.lock:
+            if ptr >> TAG_SHIFT != self.id:
+                return                 # allocated before a device reset: gone with the context
             address = ptr & ADDRESS_MASK
             if self.allocations.pop(address, None) is not None:
                 self.runtime.deallocate(address)
 
+    def reset_device(self, reason: str = "a device reset") -> None:
+        """Reset the device under this session after an error left it unusable (a sticky
+        context, a lost device): the runtime seam destroys its context and everything in it
+        (``device_reset``), the session forgets its executables and takes a new id, so every
+        tensor made before is a clear error when used (recompute it, or reload it from a
+        checkpoint) and is dropped without a free when it dies."""
+        with self.lock:
+            self.runtime.device_reset(0)
+            self.resets[self.id] = reason
+            if Session._next_id >= 1 << (63 - TAG_SHIFT):
+                raise ConfigError("too many fornax device resets in this process")
+            self.id = Session._next_id
+            Session._next_id += 1
+            self.allocations = {}
+            self.plans.clear()
+
     def address(self, ptr: int, what: str = "tensor") -> int:
         """The simulated device address behind a tagged data pointer of this session."""
         sid = ptr >> TAG_SHIFT
+        if sid in self.resets:
+            raise DeviceError(
+                f"this {what}'s device memory was destroyed when the device was reset after "
+                f"{self.resets[sid]}", seam="framework", vendor=self.framework.vendor,
+                hint="recompute it, or reload it from a checkpoint (tensors kept on the CPU "
+                     "survive a reset)")
         if sid != self.id:
             raise DeviceError(
                 f"this {what} was allocated on a previous fornax stack (session {sid}); the device "

@@ -1,0 +1,304 @@
+"""Fault drill: every injectable fault x every family x every front end, each detected,
+recovered the way that family recovers, and checked against a clean run.
+
+For one row (fault, family, front end) on a freshly composed stack:
+
+1. **clean**: the front end's workload runs; its outputs and the allocator's state
+   (allocated and reserved bytes after ``empty_cache``, device bytes mapped) are the baseline;
+2. **fault**: the fault is injected (``fornax.sim.faults``; out-of-memory comes from a
+   co-tenant context that holds almost all of the device) and the workload runs again —
+   *detected* when it raises the family's exact code for that fault (a corrected ECC error
+   raises nothing: it is detected when the device counts it);
+3. **recover**, as the family does: a fault the family's driver makes *sticky* destroys the
+   context and makes a new one, a fault that *loses* the device resets it first (both through
+   the front end: ``Session.reset_device``, ``Client.reset_device``, the runtime's
+   ``device_reset``); out-of-memory releases the co-tenant and the cache and retries; a
+   corrected error needs nothing;
+4. **rerun**: the workload runs once more — *identical* when every output is bit-identical to
+   the clean run, *recovered* when it ran and the allocator is back at its baseline.
+
+Managed-memory migration is drilled beside the faults, because Part 3 of the series asks
+for the two to be told apart: a kernel over managed memory that the host wrote faults its
+pages over (or, on a family whose migration needs a target feature the chip lacks, reads
+them over the host link), reports the migrations and their time and completes; a hang
+reports the watchdog.  Managed memory is reached through the runtime and driver seams, so
+that row runs on the graph front end only.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..layers.errors import FornaxError
+from ..layers.graph import DType, Graph
+from ..sim.faults import FAULT_KINDS, FaultPlan, FaultSpec
+from ..stack import Stack, compose, make_config, runnable_vendors
+
+SCHEMA = "fornax.drill/1"
+FAULTS = (*FAULT_KINDS, "out_of_memory", "migration")
+FRONT_ENDS = ("graph", "torch", "jax")
+N = 512                       # elements of the drill workload
+
+
+def _inputs(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(N).astype(np.float32) for _ in range(3)]
+
+
+# -- the workload, once per front end: out = exp(-relu(x * w + b)) ---------------------------------
+class _GraphFront:
+    def __init__(self, stack: Stack):
+        self.stack = stack
+        g = Graph("drill")
+        x, w, b = (g.input(n, (N,), DType.FLOAT32) for n in ("x", "w", "b"))
+        g.output(g.op("exp", g.op("neg", g.op("relu", g.op("add", g.op("mul", x, w), b)))),
+                 names=["out"])
+        self.graph, self.feeds = g, dict(zip(("x", "w", "b"), _inputs()))
+
+    def run(self) -> list[np.ndarray]:
+        return self.stack.run(self.graph, self.feeds).outputs
+
+    def reset(self, reason: str) -> None:
+        self.stack.runtime.device_reset(0)
+
+
+class _TorchFront:
+    def __init__(self, stack: Stack):
+        import torch
+
+        import fornax.frameworks.torch as ft
+        self.torch = torch
+        self.session = ft.use_stack(stack=stack)
+        self.host = [torch.from_numpy(a) for a in _inputs()]
+
+    def run(self) -> list[np.ndarray]:
+        torch = self.torch
+        x, w, b = (t.to("fornax") for t in self.host)
+        out = torch.exp(-torch.relu(x * w + b))
+        return [out.cpu().numpy()]
+
+    def reset(self, reason: str) -> None:
+        self.session.reset_device(reason)
+
+
+class _JaxFront:
+    def __init__(self, stack: Stack):
+        import jax.numpy as jnp
+
+        from ..frameworks.jax import Client
+        self.client = Client(stack, "fornax drill")
+        self.host = _inputs()
+        self.exe = self.client.compile(lambda x, w, b: jnp.exp(-jnp.maximum(x * w + b, 0)),
+                                       *self.host, name="drill")
+
+    def run(self) -> list[np.ndarray]:
+        bufs = [self.client.buffer_from_pyval(a) for a in self.host]
+        return [o.to_numpy() for o in self.exe.execute(bufs)]
+
+    def reset(self, reason: str) -> None:
+        self.client.reset_device(reason)
+
+
+FRONTS = {"graph": _GraphFront, "torch": _TorchFront, "jax": _JaxFront}
+
+
+# -- one row ------------------------------------------------------------------------------------------
+@dataclass
+class DrillRow:
+    fault: str
+    family: str
+    front_end: str
+    code: str | None = None            # the vendor code raised (None: nothing raised)
+    expected: list = field(default_factory=list)   # the family's code(s) for this fault
+    recovery: str = ""                 # what the drill did to recover
+    detected: bool = False
+    recovered: bool = False
+    identical: bool = False
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.detected and self.recovered and self.identical
+
+    def to_dict(self) -> dict:
+        return {"fault": self.fault, "family": self.family, "front_end": self.front_end,
+                "code": self.code, "expected": list(self.expected), "recovery": self.recovery,
+                "detected": self.detected, "recovered": self.recovered,
+                "identical": self.identical, "ok": self.ok, "detail": self.detail}
+
+
+def _fornax_error(exc: BaseException) -> FornaxError | None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, FornaxError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _allocator_state(stack: Stack) -> tuple[int, int, int]:
+    gc.collect()
+    rt = stack.runtime
+    rt.synchronize()
+    rt.empty_cache()
+    stats = rt.memory_stats()
+    return (int(stats["allocated_bytes"]), int(stats["reserved_bytes"]),
+            stack.devices[0].memory.used)
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape
+                                    and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+
+def _expected(stack: Stack, fault: str) -> list[str]:
+    if fault == "ecc_correctable":
+        return []                              # nothing raised: corrected and counted
+    if fault == "out_of_memory":
+        names = {stack.runtime.errors.faults["out_of_memory"], stack.driver.errors.faults["out_of_memory"]}
+        return sorted(names)
+    return [stack.driver.errors.faults.get(fault) or stack.driver.errors.faults["unknown"]]
+
+
+def _recovery(stack: Stack, fault: str) -> str:
+    drv = stack.driver
+    if fault in drv.lost_conditions:
+        return f"device reset: {drv.calls.get('reset', 'reset')}"
+    if fault in drv.sticky_conditions:
+        return f"new context: {stack.runtime.calls.get('device_reset', 'device_reset')}"
+    if fault == "out_of_memory":
+        return "free, empty cache, retry"
+    return "none (corrected)" if fault == "ecc_correctable" else "retry"
+
+
+def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
+              trace: list | None = None) -> DrillRow:
+    """Drill one fault on one family through one front end (see the module docstring)."""
+    stack = compose(make_config(family, spec=spec))
+    row = DrillRow(fault, family, front_end)
+    if fault == "migration":
+        return _migration(stack, row, trace)
+    front = FRONTS[front_end](stack)
+    clean = front.run()
+    baseline = _allocator_state(stack)
+    row.expected = _expected(stack, fault)
+    row.recovery = _recovery(stack, fault)
+    device = stack.devices[0]
+    hog = None
+    if fault == "out_of_memory":
+        hog = stack.driver.create_context(0)
+        free, _ = stack.driver.memory_info(0)
+        stack.driver.allocate(hog, free - 64 * 1024)
+        if stack.driver.context_rule == "thread":
+            stack.driver.pop_current()          # the co-tenant is another process's context
+    else:
+        op = "copy" if fault == "link_failure" else "kernel"
+        device.inject(FaultPlan((FaultSpec(fault, at=1, op=op),)))
+    corrected = device.ecc_corrected
+    try:
+        front.run()
+    except Exception as exc:                    # noqa: BLE001 - the drill reports any failure
+        err = _fornax_error(exc)
+        row.code = err.code.name if err is not None and err.code is not None else type(exc).__name__
+        row.detail = str(err if err is not None else exc).splitlines()[0][:200]
+        row.detected = row.code in row.expected
+    else:
+        if fault == "ecc_correctable":
+            row.detected = device.ecc_corrected == corrected + 1
+            row.code = None
+            row.detail = f"{device.ecc_corrected - corrected} error(s) corrected and counted"
+        else:
+            row.detail = "the fault raised no error"
+    device.inject(None)
+    try:
+        if hog is not None:
+            stack.driver.destroy_context(hog)
+            stack.runtime.empty_cache()
+        elif fault in stack.driver.lost_conditions or fault in stack.driver.sticky_conditions:
+            front.reset(row.detail or fault)
+        again = front.run()
+        after = _allocator_state(stack)
+    except Exception as exc:                    # noqa: BLE001
+        err = _fornax_error(exc)
+        row.detail += f"; recovery failed: {str(err or exc).splitlines()[0][:200]}"
+        return row
+    row.identical = _same(clean, again)
+    row.recovered = after == baseline
+    if not row.recovered:
+        row.detail += (f"; allocator after recovery (allocated, reserved, mapped) {after} "
+                       f"!= baseline {baseline}")
+    if trace is not None:
+        trace.append((f"{fault}-{family}-{front_end}", stack))
+    return row
+
+
+def _migration(stack: Stack, row: DrillRow, trace: list | None) -> DrillRow:
+    """A kernel over managed memory: pages migrate (or are read remotely) and it completes."""
+    drv = stack.driver
+    g = _GraphFront(stack)
+    props = drv.properties(0)
+    fmt = next(f for f in stack.compiler.output_formats() if f in drv.loadable_formats(0))
+    from ..layers.compiler import Target
+    plan = stack.compiler.compile(g.graph, Target(props.target, fmt, props.compute_units))
+    clean = g.run()
+    ctx = stack.runtime.context(0)
+    names = [n for n in ("in0", "in1", "in2", "out0")]
+    ptrs = {n: drv.allocate(ctx, N * 4, "managed") for n in names}
+    for n, arr in zip(names, g.feeds.values()):
+        drv.host_write(ctx, ptrs[n], arr)
+    step = plan.steps[0]
+    args = {p: ptrs[p] for p in step.args}
+    module = drv.load_module(ctx, plan.binary)
+    q = drv.create_queue(ctx)
+    policy = drv.managed_policy(stack.devices[0])
+    row.expected = [f"managed memory: {policy}"]
+    row.recovery = "none (not a fault)"
+    before = dict(drv.counts)
+    t_before = drv.managed_migration_s
+    try:
+        q.launch(module, step.entry, step.grid, args)
+        q.synchronize()
+    except FornaxError as exc:
+        row.code = exc.code.name if exc.code else exc.kind
+        row.detail = f"the managed-memory kernel failed: {exc.message}"
+        return row
+    out = np.frombuffer(drv.host_read(ctx, ptrs["out0"], N * 4), np.float32).copy()
+    moved = drv.counts["managed_migrations_h2d"] - before["managed_migrations_h2d"]
+    remote = drv.counts["managed_remote_bytes"] - before["managed_remote_bytes"]
+    seconds = drv.managed_migration_s - t_before
+    row.code = None
+    row.detected = moved > 0 or remote > 0
+    row.detail = (f"{policy}: {moved} page migration(s) to the device taking {seconds * 1e6:.2f} µs "
+                  f"of simulated time, {remote} bytes read over the host link; no watchdog")
+    row.identical = _same([out], clean)
+    for p in ptrs.values():
+        drv.free(ctx, p)
+    drv.unload_module(module)
+    drv.destroy_queue(q)
+    row.recovered = _allocator_state(stack)[2] == 0
+    if trace is not None:
+        trace.append((f"{row.fault}-{row.family}-{row.front_end}", stack))
+    return row
+
+
+def drill(faults=FAULTS, families=None, front_ends=FRONT_ENDS, spec: str | None = None,
+          trace: list | None = None, progress=None) -> dict:
+    """Every (fault, family, front end) row; a ``fornax.drill/1`` document."""
+    families = list(families or runnable_vendors())
+    rows = []
+    for fault in faults:
+        for family in families:
+            for fe in front_ends:
+                if fault == "migration" and fe != "graph":
+                    continue
+                row = drill_row(fault, family, fe, spec=spec, trace=trace)
+                rows.append(row.to_dict())
+                if progress is not None:
+                    progress(row)
+    return {"schema": SCHEMA, "faults": list(faults), "families": families,
+            "front_ends": list(front_ends), "rows": rows,
+            "passed": sum(r["ok"] for r in rows), "failed": sum(not r["ok"] for r in rows)}
