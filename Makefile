@@ -18,7 +18,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --select F fornax tests benchmarks
-	$(BIN)/python -m pytest -n 2 --dist loadfile   # two workers, a file's tests on one
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25   # two workers, a file's tests on one; the slowest tests listed
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

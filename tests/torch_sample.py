@@ -8,14 +8,11 @@ conformance-torch`` runs everything."""
 
 from __future__ import annotations
 
-import pytest
-
 from fornax.contracts.torch_suite import run_suite
-from fornax.contracts.torch_suite.known import FAMILIES
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_the_sample_matches_cpu_or_the_known_failure_table(family):
+def check_sample(family: str) -> None:
+    """The family's sample run (one file per family, so the two test workers share them)."""
     r = run_suite(family, timeout=600)
     lines = [f"{f['kind']} {f['name']} {f['dtype']} {f['variant']}: {f['error']}" for f in r.failures]
     lines += [f"STALE {s}" for s in r.stale] + [f"BROKEN {e}" for e in r.errors]
