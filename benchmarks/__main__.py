@@ -22,6 +22,7 @@ from . import (calibration, churn, collectives, compile_times, gemm_sweep, jax_f
 
 from . import REPEATS
 from . import best as _best
+from fornax.stack import BUILTIN_FAMILIES
 
 
 def _torch_mlp(graph, feeds):
@@ -56,7 +57,7 @@ def main() -> None:
         table.add_column(col, justify="right" if col != "stack" else "left")
     table.add_row("torch CPU eager", f"{torch_s * 1e3:.3f} ms", "1.0x", f"{torch_s / jax_s:.1f}x", "—")
     table.add_row("jax.jit CPU", f"{jax_s * 1e3:.3f} ms", f"{jax_s / torch_s:.1f}x", "1.0x", "—")
-    for vendor in ("cuda-like", "rocm-like", "xpu-like"):
+    for vendor in BUILTIN_FAMILIES:
         stack = compose(make_config(vendor))
         stack.run(graph, feeds)                       # warm: compile cache, module cache
         device_times = []

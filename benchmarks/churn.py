@@ -15,6 +15,7 @@ from rich.table import Table
 
 from fornax.scenarios.churn import churn
 from fornax.stack import compose, make_config
+from fornax.stack import BUILTIN_FAMILIES
 
 CYCLES = 10_000
 RSS_BOUND = 64 << 20           # host bytes a 10^4-cycle churn may add
@@ -27,7 +28,7 @@ def main(cycles: int = CYCLES) -> list[dict]:
     for col in ("family", "wall", "per cycle", "handles after", "device bytes", "RSS growth", "clean"):
         table.add_column(col, justify="left" if col in ("family", "handles after") else "right")
     rows = []
-    for vendor in ("cuda-like", "rocm-like", "xpu-like"):
+    for vendor in BUILTIN_FAMILIES:
         r = churn(compose(make_config(vendor)), cycles)
         ok = r.clean and r.rss_growth <= RSS_BOUND
         live = {k: v for k, v in r.handles_after.items() if v}

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from fornax.scenarios.workloads import get_workload
 from fornax.stack import compose, make_config
+from fornax.stack import BUILTIN_FAMILIES
 
 COLD_TARGET_S, WARM_TARGET_S = 2.0, 0.1
 
@@ -42,7 +43,7 @@ def main() -> None:
                             f"warm < {WARM_TARGET_S * 1e3:g} ms)")
         for col in ("vendor", "kernels", "cold", "warm (cache hit)", "within targets"):
             table.add_column(col, justify="left" if col == "vendor" else "right")
-        for vendor in ("cuda-like", "rocm-like", "xpu-like"):
+        for vendor in BUILTIN_FAMILIES:
             cold, warm, kernels = measure(vendor)
             ok = cold < COLD_TARGET_S and warm < WARM_TARGET_S
             table.add_row(vendor, str(kernels), f"{cold * 1e3:.1f} ms", f"{warm * 1e3:.3f} ms",

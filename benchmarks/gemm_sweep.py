@@ -16,6 +16,7 @@ from rich.table import Table
 
 from fornax.layers.errors import LibraryError
 from fornax.stack import compose, make_config
+from fornax.stack import BUILTIN_FAMILIES
 
 SQUARES = [256, 512, 1024, 2048, 4096, 8192]
 #: (label, m, n, k): tokens x (hidden -> out), a 70B-class layer (hidden 8192, MLP 28672)
@@ -40,7 +41,7 @@ def _timed(stack, params: dict) -> tuple[str, float]:
     return rec.algorithm, flops / seconds / 1e12
 
 
-def main(vendors=("cuda-like", "rocm-like", "xpu-like")) -> None:
+def main(vendors=BUILTIN_FAMILIES) -> None:
     console = Console(width=max(Console().width, 110))
     shapes = [(f"{s}^3", s, s, s) for s in SQUARES] + LLM
     for vendor in vendors:

@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from . import REPEATS, best
+from fornax.stack import BUILTIN_FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = BUILTIN_FAMILIES
 
 
 def _programs():

@@ -18,8 +18,9 @@ import time
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from fornax.stack import BUILTIN_FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = BUILTIN_FAMILIES
 MAX_SAMPLES = 32
 TARGET = 0.95
 WORST = 8

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from fornax.stack import BUILTIN_FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = BUILTIN_FAMILIES
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "evidence" / "real-clients.json"
 PAGE = ROOT / "docs" / "torch.md"

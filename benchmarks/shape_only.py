@@ -15,12 +15,13 @@ from rich.console import Console
 from rich.table import Table
 
 from fornax.scenarios.llm import LlamaConfig, simulate_step
+from fornax.stack import BUILTIN_FAMILIES
 
 WALL_TARGET_S = 30.0
 RSS_TARGET_BYTES = 2 * 2**30
 
 
-def main(vendors=("cuda-like", "rocm-like", "xpu-like")) -> None:
+def main(vendors=BUILTIN_FAMILIES) -> None:
     cfg = LlamaConfig()
     table = Table(title=f"Llama-2-70B-like training step, shape-only, 8 x h200-like (tp=8, "
                         f"seq {cfg.seq}, micro-batch {cfg.batch}); targets: < {WALL_TARGET_S:.0f} s "

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from . import best
+from fornax.stack import BUILTIN_FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = BUILTIN_FAMILIES
 ADD_TARGET_US = 60.0
 COMPILE_TARGET = 1.25
 

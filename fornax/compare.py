@@ -38,12 +38,13 @@ from .layers.errors import ConfigError, FornaxError
 from .scenarios.workloads import DEFAULT_WORKLOAD, get_workload, numerics
 from .sim.faults import FaultPlan
 from .stack import Stack, StackConfig, compose, load_config, make_config, runnable_vendors
+from .stack import BUILTIN_FAMILIES
 
 SCHEMA = "fornax.compare/1"
 #: where a workload comes from: the graph IR, a torch.nn program, a JAX function
 FRAMEWORKS = ("graph", "torch", "jax")
 #: the families a matrix crosses when no --vendors (and no --stack) is given
-DEFAULT_VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+DEFAULT_VENDORS = BUILTIN_FAMILIES
 
 
 # ---- one run -------------------------------------------------------------------------------------

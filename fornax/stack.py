@@ -91,8 +91,13 @@ TEMPLATES = frozenset({"null"})
 
 
 def runnable_vendors() -> list[str]:
-    """The vendor names a stack can be composed from (every registered one but the templates)."""
+    """The vendor names a stack can be composed from (every registered one but the templates):
+    the one family registry, built-in and third-party (the ``fornax.vendors`` entry points)."""
     return sorted(set(vendor_refs()) - TEMPLATES)
+
+
+#: the families fornax ships (what per-family data such as known-failure tables exists for)
+BUILTIN_FAMILIES: tuple[str, ...] = tuple(sorted(set(BUILTIN) - TEMPLATES))
 
 
 def _valid_vendors() -> str:

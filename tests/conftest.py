@@ -18,14 +18,16 @@ def _no_disk_compile_cache():
         os.environ["FORNAX_CACHE_DIR"] = old
 
 
-#: test files that run for minutes (subprocess runs of PyTorch's harness): collected first, so
-#: the two workers of ``make test`` (``--dist loadfile``) start on them and share the lighter
-#: files at the end instead of one worker finishing a long file alone
-HEAVY_FIRST = ("tests/pytorch/test_torch_suite_sample_",)
+#: the longest test files (subprocess runs of PyTorch's harness, qualification, executed
+#: pages), collected first, so the two workers of ``make test`` (``--dist loadfile``) start on
+#: them and share the lighter files at the end instead of one finishing a long file alone
+HEAVY_FIRST = ("tests/cli/test_qualify.py", "tests/pytorch/test_torch_suite_sample_",
+               "tests/test_docs_pages.py", "tests/pytorch/test_torch_suite_runner.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
     def heavy(item) -> int:
         path = item.nodeid.replace("\\", "/")
-        return 0 if any(path.startswith(p) or f"/{p}" in path for p in HEAVY_FIRST) else 1
+        return next((i for i, p in enumerate(HEAVY_FIRST) if path.startswith(p) or f"/{p}" in path),
+                    len(HEAVY_FIRST))
     items.sort(key=heavy)            # stable: the order within each part is kept

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from fornax.sim import isa
+from fornax.stack import BUILTIN_FAMILIES
+
+#: the built-in families every per-family test runs on (the one registry is fornax.stack)
+FAMILIES = BUILTIN_FAMILIES
 
 
 def scale_program(name: str = "triple", factor: float = 3.0, n: int = 64, **meta) -> isa.Program:

@@ -11,8 +11,9 @@ from fornax.layers.errors import FornaxError
 from fornax.scenarios.churn import _graph, churn
 from fornax.stack import compose, make_config
 from fornax.layers.compiler import Target
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 @pytest.mark.parametrize("vendor", VENDORS)

@@ -14,8 +14,9 @@ from fornax.cli.main import main
 from fornax.scenarios import drill as d
 from fornax.schemas import validate
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 #: the codes the real stacks raise (cuda-like/rocm-like: sticky context; xpu-like: device lost)
 EXACT = {

@@ -30,8 +30,8 @@ from fornax.layers.vendor import load_facts
 from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
+from helpers import FAMILIES
 
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 #: torch's _CudaDeviceProperties fields the cuda face shows (rocm-like adds gcnArchName)
 CUDA_FIELDS = {"name", "major", "minor", "total_memory", "multi_processor_count", "L2_cache_size",
                "warp_size", "max_threads_per_multi_processor", "regs_per_multiprocessor", "uuid"}

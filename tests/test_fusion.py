@@ -9,8 +9,9 @@ from click.testing import CliRunner
 from fornax.cli.main import main
 from fornax.scenarios.workloads import TOLERANCE, get_workload
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 def _run(vendor: str, fuse: bool):

@@ -13,8 +13,9 @@ from fornax.layers.graph import DType
 from fornax.scenarios.llm import (LlamaConfig, TopologyAllReduce, build_step, make_feeds,
                                   simulate_step)
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 TINY = dict(layers=2, d_model=64, heads=4, kv_heads=2, ffn=128, vocab=50, seq=8, tp=1)
 
 

@@ -12,8 +12,9 @@ from fornax.sim.execute import execute
 from fornax.sim.memory import DeviceMemory, MemoryKind
 from fornax.sim.device import estimate_counters
 from fornax.stack import compose, load_config, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 
 
 def _kernels(meta: bool, vendor: str, workload: str):

@@ -17,8 +17,9 @@ from fornax.cli.main import main
 from fornax.compare import execute, prepare
 from fornax.report import render
 from fornax.stack import make_config
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 #: what may differ between a cold and a warm run: host clocks and the cache's counters
 TIMINGS = {"costs.compile_wall_s", "costs.host_wall_s", "seams.compiler.compile_wall_s",
            "torch.reference_wall_s", "jax.reference_wall_s"}

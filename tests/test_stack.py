@@ -29,8 +29,9 @@ from fornax.stack import (
     make_config,
     parse_seam_overrides,
 )
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F64 = np.float64
 
@@ -414,7 +415,7 @@ def test_bad_feeds_are_invalid_argument(vendor):
     assert rel_err(stack.run(g, feeds).outputs[0], ref) <= 1e-4
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_repeated_runs_hit_the_compile_and_module_caches(vendor):
     from fornax.scenarios.workloads import mlp
     stack = compose(make_config(vendor, spec="tiny"))

@@ -16,6 +16,7 @@ from fornax.sim.faults import PageFault
 from fornax.sim.spec import load_spec
 from fornax.sim.timeline import Packet
 from fornax.sim.trace import chrome_trace
+from helpers import FAMILIES
 
 REQUIRED = {
     "M": {"name", "ph", "pid", "tid", "args"},
@@ -67,7 +68,7 @@ def check_structure(doc: dict) -> dict:
     return threads
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_compose_writes_a_trace_that_matches_the_report(vendor, tmp_path):
     path = tmp_path / "run.trace.json"
     res = CliRunner().invoke(main, ["compose", "--vendor", vendor, "--workload", "mlp-softmax",

@@ -20,9 +20,9 @@ from fornax.stack import compose, load_config, make_config
 from fornax.vendors.cuda_like import CudaLikeCompiler
 from fornax.vendors.xpu_like import FACTS as XPU_FACTS
 from fornax.vendors.xpu_like.compiler import SPIRV_MAGIC, spirv_image
+from helpers import FAMILIES
 
 F64 = np.float64
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 
 
 def mlp(m=16, k=32, h=48, n=10, seed=0):

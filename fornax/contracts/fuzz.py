@@ -32,10 +32,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from ..stack import BUILTIN_FAMILIES
 
 #: seconds one case may take
 LIMIT_S = 5.0
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
+FAMILIES = BUILTIN_FAMILIES
 
 
 class Hang(Exception):

@@ -10,7 +10,11 @@ checked.
 
 from __future__ import annotations
 
-BUILTIN = ("cuda-like", "rocm-like", "xpu-like")
+
+
+def _families() -> list[str]:
+    from ..stack import runnable_vendors
+    return runnable_vendors()
 
 
 def pytest_addoption(parser) -> None:
@@ -27,7 +31,7 @@ def pytest_generate_tests(metafunc) -> None:
         return
     from .base import SUITES
     from . import compiler, driver, framework, library, runtime  # noqa: F401  (register the suites)
-    impls = metafunc.config.getoption("fornax_impl") or list(BUILTIN)
+    impls = metafunc.config.getoption("fornax_impl") or list(_families())
     seams = metafunc.config.getoption("fornax_seam") or sorted(SUITES)
     params, ids = [], []
     for impl in impls:

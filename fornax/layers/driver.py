@@ -142,7 +142,15 @@ class Queue(Protocol):
 
 @runtime_checkable
 class Driver(Protocol):
+    """Devices, contexts, raw memory, modules and queues.  Errors carry the family's driver
+    code; a fault the family makes sticky leaves its context unusable until destroyed, one
+    that loses the device fails every call until :meth:`reset`.  ``counts``, ``kernel_log``
+    and ``module_load_s`` are the statistics the report reads."""
+
     vendor: str
+    counts: dict
+    kernel_log: list
+    module_load_s: float
 
     def device_count(self) -> int: ...
     def properties(self, index: int) -> DeviceProperties: ...
@@ -165,6 +173,12 @@ class Driver(Protocol):
     def handles(self) -> dict[str, int]: ...
     def is_lost(self, index: int) -> bool: ...
     def reset(self, index: int) -> None: ...
+    def target(self, index: int) -> str:
+        """The device's arch name in the family's vocabulary (sm_90, gfx942, ...)."""
+    def device_spec(self, index: int):
+        """The simulated chip spec behind device ``index``."""
+    def managed_policy(self, device) -> str:
+        """How kernels reach managed memory: "migrate" or "remote"."""
 
 
 def is_int(value) -> bool:

@@ -46,6 +46,7 @@ from torch import nn
 from ..layers.errors import ConfigError
 from ..report import rows_delta
 from .hf_models import MODELS, ZooModel
+from ..stack import BUILTIN_FAMILIES
 
 ZOO: dict[str, ZooModel] = MODELS
 MODES = ("eager", "compile", "generate", "train")
@@ -316,7 +317,7 @@ def _describe(exc: BaseException) -> str:
     return f"{text} (at {where})" if where else text
 
 
-def run_zoo(vendors=("cuda-like", "rocm-like", "xpu-like"), models=None,
+def run_zoo(vendors=BUILTIN_FAMILIES, models=None,
             modes=MODES) -> list[ModelResult]:
     """Every model (or ``models``) on every family in ``vendors``."""
     return [run_model(name, vendor, modes) for vendor in vendors for name in (models or ZOO)]

@@ -56,9 +56,10 @@ import optax
 from jax import lax
 
 from ..layers.errors import ConfigError, FornaxError
+from ..stack import BUILTIN_FAMILIES
 
 #: the vendor families the zoo runs on
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
+FAMILIES = BUILTIN_FAMILIES
 
 
 # ---- programs ------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from fornax.cli.main import main
 from fornax.layers.graph import DType
 from fornax.scenarios.workloads import TOLERANCE, WORKLOADS
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 REQUIRED_COSTS = {"device_time_s", "host_wall_s", "kernels", "launches", "h2d_bytes", "d2h_bytes",
                   "peak_device_bytes"}
 

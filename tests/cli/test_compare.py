@@ -18,8 +18,9 @@ from fornax.cli.main import main
 from fornax.layers.errors import ConfigError
 from fornax.schemas import SchemaError, validate
 from fornax.sim.faults import FaultPlan
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 METRIC_KEYS = {"device_time_s", "host_wall_s", "kernels", "launches", "fused_kernels", "library_calls",
                "copies", "h2d_bytes", "d2h_bytes", "peak_device_bytes", "fallbacks", "max_rel_err",
                "energy_j"}

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from fornax.cli.main import main
 from fornax.scenarios.workloads import WORKLOADS
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 
 
 def run(*args):

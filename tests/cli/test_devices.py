@@ -19,8 +19,9 @@ from fornax.schemas import validate
 from fornax.sim.faults import FaultPlan
 from fornax.sim.spec import load_spec
 from fornax.stack import compose, get_vendor, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 MIB = 2**20
 
 

@@ -18,8 +18,9 @@ from fornax.cli.main import main
 from fornax.contracts.library import upload_ranks
 from fornax.schemas import SchemaError, kinds, load, validate
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 
 
 def run(*args):

@@ -17,8 +17,8 @@ from fornax.layers.vendor import Vendor
 from fornax.stack import get_vendor
 from fornax.vendors.cuda_like import VENDOR as CUDA
 from fornax.vendors.cuda_like import CudaLikeCompiler
+from helpers import FAMILIES
 
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 CLAUSES = SUITES["compiler"]
 
 

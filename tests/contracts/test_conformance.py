@@ -17,8 +17,8 @@ from fornax.layers.vendor import Vendor
 from fornax.stack import get_vendor
 from fornax.vendors.cuda_like import CudaLikeDriver, VENDOR as CUDA
 from fornax.vendors.cuda_like.driver import Stream
+from helpers import FAMILIES
 
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 CLAUSES = [(seam, c) for seam in ("driver", "runtime") for c in SUITES[seam]]
 
 

@@ -13,6 +13,7 @@ from fornax.frameworks.jax import NotLowerable
 from fornax.frameworks.jax.indexing import CHAIN_LIMIT
 from jaxcheck import check_exact as check
 from jaxcheck import run_lowered
+from helpers import FAMILIES
 
 RNG = np.random.default_rng(0)
 GD = lax.GatherDimensionNumbers
@@ -220,7 +221,7 @@ def test_gradients_of_lookups():
           np.array([[1, 1], [0, 3], [2, 2]], np.int32))
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_gather_scatter_every_vendor(vendor):
     dn = GD(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
     check(lambda x, i: lax.scatter_add(x, i, lax.gather(x, i, dn, (1, 3), mode="clip"), ROWS,

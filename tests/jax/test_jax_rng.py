@@ -16,6 +16,7 @@ from jax import lax
 from fornax.frameworks.jax import NotLowerable
 from jaxcheck import check_exact as check
 from jaxcheck import run_lowered
+from helpers import FAMILIES
 
 KEY = jax.random.key(7)
 OLD_KEY = jax.random.PRNGKey(42)
@@ -26,7 +27,7 @@ OLD_KEY = jax.random.PRNGKey(42)
 
 
 # ---- keys and bits -----------------------------------------------------------------------------
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_bits_of_one_key_every_vendor(vendor):
     check(lambda k: jax.random.bits(k, (3, 4)), KEY, vendor=vendor)
 

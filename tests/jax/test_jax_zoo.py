@@ -13,8 +13,9 @@ import pytest
 from jax import lax
 
 import fornax.frameworks.jax as fj
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 @functools.lru_cache(maxsize=None)

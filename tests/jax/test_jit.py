@@ -12,8 +12,9 @@ from jax import lax
 
 import fornax.frameworks.jax as fj
 from fornax.layers.errors import FornaxError
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from fornax.frameworks import builders as B
 from fornax.frameworks.jax.lowering import LowerCtx, NotLowerable, lower_eqn
 from fornax.layers.graph import Graph
 from jaxcheck import run_lowered, stack_for
+from helpers import FAMILIES
 
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
 LOW = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
@@ -574,7 +575,7 @@ def test_refusals_name_the_primitive():
 
 
 # ---- all vendors ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_all_vendors(vendor):
     x, w = normal((2, 3, 6, 6), seed=1), normal((4, 3, 3, 3), seed=2)
 

@@ -26,8 +26,9 @@ from fornax.layers.errors import LibraryError
 from fornax.layers.graph import DType, Graph
 from fornax.sim.cost import gemm_counters, kernel_cost
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 EPS = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float64": 2.0 ** -53}
 NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
       "float64": np.float64, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,

@@ -17,9 +17,10 @@ import pytest
 from fornax.contracts.library import upload_ranks
 from fornax.layers.errors import FornaxError
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
 N = 8
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 FABRICS = ["switch", "mesh", "ring"]
 CALL = {"cuda-like": "ncclAllReduce", "rocm-like": "ncclAllReduce", "xpu-like": "ccl::allreduce"}
 GATHER = {"cuda-like": "ncclAllGather", "rocm-like": "ncclAllGather", "xpu-like": "ccl::allgatherv"}

@@ -15,6 +15,7 @@ from fornax.layers.compiler import CompileOptions, Target
 from fornax.layers.graph import DType, Graph
 from fornax.scenarios.workloads import WORKLOADS
 from fornax.stack import compose, get_vendor, make_config
+from helpers import FAMILIES
 
 TARGETS = {"cuda-like": Target("sm_90", "ptx-like", 132), "rocm-like": Target("gfx942", "hsaco-like", 304),
            "xpu-like": Target("pvc", "spirv-like", 128)}
@@ -42,7 +43,7 @@ def fresh(vendor: str = "xpu-like"):
     return get_vendor(vendor).compiler()
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_a_disk_hit_in_a_new_compiler_returns_an_identical_binary(vendor, cache_dir):
     g = graph()
     first = fresh(vendor).compile(g, TARGETS[vendor])

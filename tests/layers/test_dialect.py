@@ -19,8 +19,9 @@ from fornax.sim.device import Device
 from fornax.sim.faults import InvalidProgram
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 #: every format of a family with a text form, and the arch it is built for here
 FORMATS = {"cuda-like": [("ptx-like", "sm_90"), ("cubin-like", "sm_90")],
            "rocm-like": [("hsaco-like", "gfx942")],

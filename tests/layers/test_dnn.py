@@ -27,8 +27,9 @@ from fornax.layers.errors import LibraryError
 from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 NP = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
       "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}

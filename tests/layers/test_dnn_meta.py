@@ -22,8 +22,9 @@ import pytest
 
 from fornax.sim.device import estimate_counters
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 

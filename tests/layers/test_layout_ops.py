@@ -6,8 +6,9 @@ import pytest
 from fornax.layers.errors import GraphError
 from fornax.layers.graph import DType, Graph
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 
 
 def _graph():

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from fornax.contracts.base import Subject
 from fornax.contracts.library import check_close, gemm_bound, random_operand
 from fornax.stack import get_vendor
+from helpers import FAMILIES
 
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 

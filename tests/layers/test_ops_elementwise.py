@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import erf as sp_erf
 
-from helpers import expect_graph_error
+from helpers import FAMILIES, expect_graph_error
 from fornax.layers.graph import DType, Graph, promote_types
 from fornax.stack import compose, make_config
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 F32 = DType.FLOAT32
 RNG = np.random.default_rng(11)
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import expect_graph_error
+from helpers import FAMILIES, expect_graph_error
 from fornax.layers.graph import DType, Graph
 from fornax.stack import compose, make_config
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 F32 = DType.FLOAT32
 RNG = np.random.default_rng(5)
 STACKS = {v: compose(make_config(v, spec="tiny")) for v in VENDORS}

@@ -10,10 +10,11 @@ from fornax.layers.errors import GraphError
 from fornax.layers.graph import DType, Graph
 from fornax.layers.passes.decompose import decompose
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 R = np.random.default_rng(7)
 
 

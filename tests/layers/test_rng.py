@@ -8,8 +8,9 @@ from fornax.layers.errors import GraphError
 from fornax.layers.graph import DType, Graph
 from fornax.layers.nn_ops import threefry2x32
 from fornax.stack import compose, make_config
+from helpers import FAMILIES
 
-VENDORS = ["cuda-like", "rocm-like", "xpu-like"]
+VENDORS = list(FAMILIES)
 
 # Random123 known-answer vectors for threefry2x32_20 (key, counter, expected output words)
 KAT = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),

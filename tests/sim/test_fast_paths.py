@@ -15,6 +15,7 @@ from fornax.sim.faults import MisalignedAddress, PageFault
 from fornax.sim.isa import (Arange, Binary, Broadcast, Const, Dot, Load, Param, Program, ProgramId, Reshape,
                             Store)
 from fornax.sim.spec import load_spec
+from helpers import FAMILIES
 
 F32 = np.float32
 
@@ -345,7 +346,7 @@ def test_a_replayed_box_or_index_access_faults_like_a_plain_one(case, damage, mo
     assert replayed == plain
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_a_stack_runs_the_same_with_and_without_replay(vendor, monkeypatch):
     """Each vendor's library GEMM (a K loop of tile loads and products), a transpose and a
     broadcast add through all the seams, with deferred writes and race checks: outputs,

@@ -24,8 +24,9 @@ import torch
 import fornax.frameworks.torch as ft
 from fornax.layers.errors import ConfigError
 from fornax.scenarios.hf_zoo import ZOO, ModelResult, _compare, run_model
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 FULL = os.environ.get("FORNAX_ZOO_FULL") == "1"
 COMPILES = [(name, vendor) for i, name in enumerate(ZOO) for vendor in VENDORS
             if FULL or vendor == VENDORS[i % len(VENDORS)]]

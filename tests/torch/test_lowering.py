@@ -21,6 +21,7 @@ from fornax.frameworks.torch.lowering import (DTYPE_TO_TORCH, LOWERED_OPS, TORCH
                                               NotLowerable, OutMeta, lookup, lower, lowering,
                                               single_op_graph)
 from fornax.layers.graph import DType, Graph
+from helpers import FAMILIES
 
 A = torch.ops.aten
 _gen = torch.Generator().manual_seed(0)
@@ -634,7 +635,7 @@ def _id(case):
 @pytest.fixture(scope="module")
 def stacks():
     from fornax.stack import compose, make_config
-    return {v: compose(make_config(v)) for v in ("cuda-like", "rocm-like", "xpu-like")}
+    return {v: compose(make_config(v)) for v in FAMILIES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])

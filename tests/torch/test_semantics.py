@@ -26,8 +26,9 @@ from torch import nn
 import fornax.frameworks.torch as ft
 from fornax.sim import arithmetic
 from fornax.sim import isa
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 def _gpt2():

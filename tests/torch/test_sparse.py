@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import fornax.frameworks.torch as ft
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 I = torch.tensor([[0, 1, 1, 0, 2], [2, 0, 2, 2, 1]])
 V = torch.tensor([3.0, 4.0, 5.0, 1.0, -2.0])
 

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 import fornax.frameworks.torch as ft
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 class TinyGPT(nn.Module):

@@ -9,8 +9,9 @@ from fornax.layers.errors import FornaxError
 from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 def _stack(vendor):

@@ -23,7 +23,7 @@ from fornax.stack import get_vendor
 from fornax.vendors.cuda_like.compiler import fatbin_image, ptx_image
 from fornax.vendors.rocm_like.compiler import ENCODERS as HSACO_ENCODERS
 from fornax.vendors.xpu_like.compiler import spirv_image
-from helpers import scale_program
+from helpers import FAMILIES, scale_program
 
 N = 64
 OLD = np.full(N, -7.0, np.float32)
@@ -201,7 +201,7 @@ def test_xpu_like_shared_memory_prefetch_is_a_command_list_entry():
     assert_code(exc.value, "xpu-like", "ZE_RESULT_ERROR_INVALID_ARGUMENT", 0x78000004)
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_the_host_cannot_dereference_device_memory(vendor):
     drv = driver(vendor)
     ctx = drv.create_context(0)
@@ -309,7 +309,7 @@ LIMIT_CODES = {
 }
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 @pytest.mark.parametrize("limit, meta", [
     ("group", {"group_size": 2048}),                               # tiny: max 1024
     ("registers", {"group_size": 1024, "registers": 128}),         # 131072 > 65536

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from helpers import scale_program
+from helpers import FAMILIES, scale_program
 from fornax.cli.main import main
 from fornax.layers.compiler import Target
 from fornax.layers.errors import (
@@ -33,7 +33,7 @@ from fornax.sim.spec import load_spec
 from fornax.sim.topology import Topology
 from fornax.stack import get_vendor
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 API = {"cuda-like": "CUresult", "rocm-like": "hipError_t", "xpu-like": "ze_result_t"}
 ZE_DEVICE_LOST = ("ZE_RESULT_ERROR_DEVICE_LOST", 0x70000001, DeviceLostError)
 

@@ -10,8 +10,9 @@ from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.sim.timeline import Packet
 from fornax.stack import get_vendor
+from helpers import FAMILIES
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 
 
 @pytest.mark.parametrize("vendor", VENDORS)

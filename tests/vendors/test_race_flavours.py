@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import scale_program
+from helpers import FAMILIES, scale_program
 from fornax import report as report_mod
 from fornax.layers.compiler import Target
 from fornax.sim import isa
@@ -62,7 +62,7 @@ def assert_race_names(race, writer_label: str, reader_label: str, dst: int, writ
 
 
 # -- stream / AQL queue / immediate command list: record + wait --------------------------------
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 @pytest.mark.parametrize("ordered", [False, True])
 def test_kernel_writer_and_copy_reader_on_two_queues(vendor, ordered):
     drv, ctx, module, src, dst, _out = setup(vendor)
@@ -109,7 +109,7 @@ def test_rocm_like_wait_is_a_barrier_and_packet_that_orders_the_reader():
     assert any(r.label == "barrier-and" for r in drv.devices[0].timeline.records)
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 @pytest.mark.parametrize("ordered", [False, True])
 def test_copy_writer_and_kernel_reader_on_two_queues(vendor, ordered):
     drv, ctx, module, src, dst, out = setup(vendor)
@@ -197,7 +197,7 @@ def test_write_after_write_race(vendor):
     assert d["first"]["access"] == d["second"]["access"] == "write"
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like", "xpu-like"])
+@pytest.mark.parametrize("vendor", FAMILIES)
 def test_host_synchronisation_between_submits_is_happens_before(vendor):
     drv, ctx, module, src, dst, out = setup(vendor)
     qa, qb = drv.create_queue(ctx), drv.create_queue(ctx)

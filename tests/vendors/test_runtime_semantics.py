@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import scale_program
+from helpers import FAMILIES, scale_program
 from fornax.layers.compiler import Target
 from fornax.layers.errors import FornaxError
 from fornax.sim import isa
@@ -17,7 +17,6 @@ from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
 
-FAMILIES = ["cuda-like", "rocm-like", "xpu-like"]
 N = 64
 SRC = np.arange(N, dtype=np.float32) + 1
 OLD = np.full(N, -7.0, np.float32)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import scale_program
+from helpers import FAMILIES, scale_program
 from fornax.layers.binary import KernelBinary
 from fornax.layers.compiler import Target
 from fornax.layers.errors import (
@@ -36,7 +36,7 @@ from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
 
-VENDORS = ("cuda-like", "rocm-like", "xpu-like")
+VENDORS = FAMILIES
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 # -- the families' facts, by hand ---------------------------------------------------------

@@ -37,9 +37,10 @@ from pathlib import Path
 
 from ...layers.errors import ConfigError
 from ...sim import tomlfile
+from ...stack import BUILTIN_FAMILIES
 
 SCHEMA = "known-failures.schema.json"
-FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
+FAMILIES = BUILTIN_FAMILIES
 
 
 @dataclass(frozen=True)

@@ -18,3 +18,6 @@ class NullCompiler:
 
     def report(self):
         raise not_implemented("compiler.report")
+
+    def unsupported(self, graph, library_routines=frozenset()):
+        raise not_implemented("compiler.unsupported")

@@ -6,8 +6,13 @@ from ...layers.errors import NotSupportedError
 
 
 def not_implemented(hook: str) -> NotSupportedError:
-    return NotSupportedError(f"not implemented: {hook}", seam=hook.split(".")[0], vendor="null",
-                             hint="the null vendor is a template; implement this hook")
+    """The error every template hook raises: which hook, where to write it, where its facts go."""
+    seam, _, name = hook.partition(".")
+    return NotSupportedError(
+        f"not implemented: {hook}", seam=seam, vendor="null", op=name,
+        hint=f"the null vendor is a template: implement {name}() in your package's {seam}.py "
+             f"(the contract is fornax.layers.{seam}.{seam.capitalize()}; the family's facts "
+             f"live in vendor.toml [{seam}]); docs/new-vendor.md walks through it")
 
 
 class NullDriver:
@@ -17,6 +22,10 @@ class NullDriver:
 
     def __init__(self, devices):
         self.devices = list(devices)
+        # the statistics the report reads (fill them as the hooks below do their work)
+        self.counts: dict = {}
+        self.kernel_log: list = []
+        self.module_load_s = 0.0
 
     def device_count(self):
         raise not_implemented("driver.device_count")
@@ -74,3 +83,18 @@ class NullDriver:
 
     def reset(self, index):
         raise not_implemented("driver.reset")
+
+    def can_access_peer(self, index, peer):
+        raise not_implemented("driver.can_access_peer")
+
+    def device_spec(self, index):
+        raise not_implemented("driver.device_spec")
+
+    def enable_peer_access(self, ctx, peer_ctx):
+        raise not_implemented("driver.enable_peer_access")
+
+    def managed_policy(self, device):
+        raise not_implemented("driver.managed_policy")
+
+    def target(self, index):
+        raise not_implemented("driver.target")

@@ -25,3 +25,45 @@ class NullLibrary:
 
     def report(self):
         raise not_implemented("library.report")
+
+    def attention_bwd(self, q, k, v, o, do, lse, dq, dk, dv, params, stream=None):
+        raise not_implemented("library.attention_bwd")
+
+    def attention_fwd(self, q, k, v, o, lse, params, stream=None):
+        raise not_implemented("library.attention_fwd")
+
+    def communicator(self, devices=None, timeout_s=None):
+        raise not_implemented("library.communicator")
+
+    def conv2d_bwd_data(self, dy, w, dx, params, stream=None):
+        raise not_implemented("library.conv2d_bwd_data")
+
+    def conv2d_bwd_weights(self, x, dy, dw, params, stream=None):
+        raise not_implemented("library.conv2d_bwd_weights")
+
+    def conv2d_fwd(self, x, w, y, params, stream=None):
+        raise not_implemented("library.conv2d_fwd")
+
+    def layer_norm_bwd(self, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, params, stream=None):
+        raise not_implemented("library.layer_norm_bwd")
+
+    def layer_norm_fwd(self, x, gamma, beta, y, mean, rstd, params, stream=None):
+        raise not_implemented("library.layer_norm_fwd")
+
+    def pool2d_bwd(self, dy, dx, params, indices=None, stream=None):
+        raise not_implemented("library.pool2d_bwd")
+
+    def pool2d_fwd(self, x, y, params, indices=None, stream=None):
+        raise not_implemented("library.pool2d_fwd")
+
+    def rms_norm_bwd(self, dy, x, gamma, rstd, dx, dgamma, params, stream=None):
+        raise not_implemented("library.rms_norm_bwd")
+
+    def rms_norm_fwd(self, x, gamma, y, rstd, params, stream=None):
+        raise not_implemented("library.rms_norm_fwd")
+
+    def softmax_bwd(self, y, dy, dx, params, stream=None):
+        raise not_implemented("library.softmax_bwd")
+
+    def softmax_fwd(self, x, y, params, stream=None):
+        raise not_implemented("library.softmax_fwd")

@@ -112,3 +112,21 @@ class NullRuntime:
 
     def device_reset(self, index=None):
         raise not_implemented("runtime.device_reset")
+
+    def allocate(self, nbytes, stream=None):
+        raise not_implemented("runtime.allocate")
+
+    def context(self, index=None):
+        raise not_implemented("runtime.context")
+
+    def deallocate(self, ptr):
+        raise not_implemented("runtime.deallocate")
+
+    def graph_launch(self, graph, stream=None):
+        raise not_implemented("runtime.graph_launch")
+
+    def memcpy_d2d(self, dst, src, nbytes, stream=None, depends_on=()):
+        raise not_implemented("runtime.memcpy_d2d")
+
+    def memory_summary(self, index=None):
+        raise not_implemented("runtime.memory_summary")
