@@ -171,7 +171,8 @@ class CompilerBase:
     def __init__(self):
         c = self.facts["compiler"]
         self.formats: tuple[str, ...] = tuple(c["formats"])
-        self.simd_width: int = c["simd_width"]
+        # the SIMD width is a hardware fact: written once, in [driver]
+        self.simd_width: int = int(self.facts["driver"]["simd_width"])
         self.matrix_shape = tuple(c["matrix_shape"])
         self.gemm_tiles = [tuple(t) for t in c["gemm_tiles"]]
         for tile in self.gemm_tiles:
@@ -180,7 +181,7 @@ class CompilerBase:
                                   f"the matrix instruction shape {self.matrix_shape}", seam="compiler",
                                   vendor=self.vendor)
         self.block: int = c["pointwise_block"]
-        self.group_size: int = c["simd_width"] * c["groups_per_block"]
+        self.group_size: int = self.simd_width * c["groups_per_block"]
         self.route: frozenset = frozenset(c.get("route_to_library", ()))
         self.compile_cache = CompileCache()        # content-addressed, memory + disk
         self.counts = {"graphs_compiled": 0, "cache_hits": 0, "graphs_from_disk": 0, "ops_in": 0, "ops_lowered": 0,

@@ -45,7 +45,7 @@ class CudaLikeDriver(DriverBase):
         cc = target.removeprefix("sm_")
         s = device.spec
         return {"name": f"fornax {s.name} ({target})", "major": int(cc[:-1]), "minor": int(cc[-1]),
-                "multiProcessorCount": s.compute_units, "warpSize": 32,
+                "multiProcessorCount": s.compute_units, "warpSize": FACTS["driver"]["simd_width"],
                 "totalGlobalMem": s.hbm_bytes, "maxThreadsPerBlock": s.max_group_size,
                 "sharedMemPerMultiprocessor": s.shared_memory_per_unit,
                 "clockRate": int(s.clock_ghz * 1e6), "l2CacheSize": s.l2_bytes}

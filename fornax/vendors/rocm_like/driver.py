@@ -147,7 +147,7 @@ class RocmLikeDriver(DriverBase):
     def native_properties(self, device: Device, target: str) -> dict:
         s = device.spec
         return {"name": f"fornax {s.name}", "gcnArchName": triple(target).split("--")[1],
-                "multiProcessorCount": s.compute_units, "warpSize": 64,
+                "multiProcessorCount": s.compute_units, "warpSize": FACTS["driver"]["simd_width"],
                 "totalGlobalMem": s.hbm_bytes, "maxThreadsPerBlock": s.max_group_size,
                 "sharedMemPerBlock": s.shared_memory_per_unit, "clockRate": int(s.clock_ghz * 1e6),
                 "l2CacheSize": s.l2_bytes, "hsa_agent_type": "HSA_DEVICE_TYPE_GPU"}
