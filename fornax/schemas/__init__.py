@@ -26,17 +26,22 @@ class SchemaError(FornaxError):
     kind = "schema"
 
 
+#: schemas of input files rather than of ``--json`` documents (they carry no ``schema`` key)
+INPUT_SCHEMAS = frozenset({"vendor-facts"})
+
+
 def kinds() -> list[str]:
     """The document kinds with a shipped schema."""
-    return sorted(p.name.removesuffix(".schema.json") for p in resources.files(__package__).iterdir()
-                  if p.name.endswith(".schema.json"))
+    return sorted(k for k in (p.name.removesuffix(".schema.json")
+                              for p in resources.files(__package__).iterdir()
+                              if p.name.endswith(".schema.json")) if k not in INPUT_SCHEMAS)
 
 
 @functools.lru_cache(maxsize=None)
 def load(kind: str) -> dict:
     """The JSON Schema of document kind ``kind`` (``report``, ``compare``, ...)."""
     path = resources.files(__package__) / f"{kind}.schema.json"
-    if not path.is_file():
+    if not path.is_file() or not kind.replace("-", "").isalnum():
         raise SchemaError(f"no schema for document kind {kind!r}; shipped: {', '.join(kinds())}")
     return json.loads(path.read_text(encoding="utf-8"))
 
