@@ -8,6 +8,8 @@ errors it documents (a one-line message) — never any other exception, never lo
 
 * ``stack-config``: a stack config TOML file (``fornax.stack.load_config``);
 * ``chip-spec``: a chip spec TOML file (``fornax.sim.spec.load_spec``);
+* ``vendor-facts``: a family's ``vendor.toml`` (``fornax.layers.vendor.check_facts`` after
+  the TOML parse, as ``load_facts`` does);
 * ``isa-binary`` / ``isa-assembly``: the tile ISA's encoded and text forms
   (``fornax.sim.isa.decode`` / ``assemble``);
 * ``container``: the framed container every binary format uses (``unpack_container``);
@@ -186,6 +188,18 @@ def _load_config(text):
         path.unlink()
 
 
+def _load_vendor_facts(text):
+    import tomllib
+
+    from ..layers.errors import ConfigError
+    from ..layers.vendor import check_facts
+    try:
+        facts = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"vendor.toml: {exc}") from None
+    check_facts(facts, "fuzz/vendor.toml")
+
+
 def _load_spec(text):
     from ..sim.spec import load_spec
     path = _toml_file(text, ".toml")
@@ -211,9 +225,11 @@ def targets() -> list[Target]:
                    '[stack.seams]\nruntime = "rocm-like"\n')
     from importlib import resources
     spec_seed = (resources.files("fornax.sim") / "specs" / "tiny.toml").read_text(encoding="utf-8")
+    facts_seed = (resources.files("fornax.vendors.rocm_like") / "vendor.toml").read_text(encoding="utf-8")
     out = [
         Target("stack-config", lambda: _text_mutations(config_seed), _load_config, (ConfigError, SpecError)),
         Target("chip-spec", lambda: _text_mutations(spec_seed), _load_spec, (SpecError,)),
+        Target("vendor-facts", lambda: _text_mutations(facts_seed), _load_vendor_facts, (ConfigError,)),
         Target("isa-binary", lambda: _mutations(seed("isa-binary")), isa.decode, (InvalidProgram,)),
         Target("isa-assembly", lambda: _text_mutations(seed("isa-assembly")), isa.assemble, (InvalidProgram,)),
         Target("container", lambda: _mutations(b"FXCN" + bytes(64)),
