@@ -10,7 +10,6 @@ import pytest
 from fornax.layers.errors import FornaxError
 from fornax.scenarios.churn import _graph, churn
 from fornax.stack import compose, make_config
-from fornax.layers.compiler import Target
 from helpers import FAMILIES
 
 VENDORS = FAMILIES
@@ -34,9 +33,7 @@ def test_churn_leaves_nothing_behind(vendor):
 
 
 def _module_and_step(stack):
-    props = stack.driver.properties(0)
-    fmt = next(f for f in stack.compiler.output_formats() if f in stack.driver.loadable_formats(0))
-    plan = stack.compiler.compile(_graph(), Target(props.target, fmt, props.compute_units))
+    plan = stack.compiler.compile(_graph(), stack.target)
     return plan, plan.steps[0]
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..layers.compiler import Target
 from ..layers.graph import DType, Graph
 from ..stack import Stack
 
@@ -90,11 +89,7 @@ def churn(stack: Stack, cycles: int, *, sample_every: int = 97, seed: int = 0) -
         device.timeline.record_limit = RECORD_LIMIT
     if hasattr(stack.driver, "kernel_log") and hasattr(stack.driver.kernel_log, "limit"):
         stack.driver.kernel_log.limit = RECORD_LIMIT
-    props = stack.driver.properties(0)
-    fmt = next(f for f in stack.compiler.output_formats()
-               if f in stack.driver.loadable_formats(0)) \
-        if hasattr(stack.compiler, "output_formats") else None
-    plan = stack.compiler.compile(_graph(), Target(props.target, fmt, props.compute_units))
+    plan = stack.compiler.compile(_graph(), stack.target)     # the format compose negotiated
     step = plan.steps[0]
     graphs = bool(rt.graph_facts.get("supported", False)) if hasattr(rt, "graph_facts") else False
     rng = np.random.default_rng(seed)
@@ -147,7 +142,6 @@ def churn(stack: Stack, cycles: int, *, sample_every: int = 97, seed: int = 0) -
     gc.collect()
     stats = rt.memory_stats()
     mem = stack.devices[0].memory
-    return ChurnResult(stack.config.vendor if hasattr(stack.config, "vendor") else rt.vendor,
-                       cycles, wall, graphs, handles_before, rt.handles(), mem.used,
+    return ChurnResult(rt.vendor, cycles, wall, graphs, handles_before, rt.handles(), mem.used,
                        int(stats["allocated_bytes"]), int(stats["reserved_bytes"]),
                        rss_bytes() - rss_warm, wrong)

@@ -241,10 +241,7 @@ def _migration(stack: Stack, row: DrillRow, trace: list | None) -> DrillRow:
     """A kernel over managed memory: pages migrate (or are read remotely) and it completes."""
     drv = stack.driver
     g = _GraphFront(stack)
-    props = drv.properties(0)
-    fmt = next(f for f in stack.compiler.output_formats() if f in drv.loadable_formats(0))
-    from ..layers.compiler import Target
-    plan = stack.compiler.compile(g.graph, Target(props.target, fmt, props.compute_units))
+    plan = stack.compiler.compile(g.graph, stack.target)
     clean = g.run()
     ctx = stack.runtime.context(0)
     names = [n for n in ("in0", "in1", "in2", "out0")]
