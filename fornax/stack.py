@@ -35,9 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .layers.compiler import CompileOptions, Target
+from .layers.compiler import CompileOptions, Compiler, Target
+from .layers.driver import Driver
+from .layers.library import Library
+from .layers.runtime import Runtime
 from .layers.errors import ConfigError, FormatMismatchError, UnknownSeamError, UnknownVendorError
-from .layers.framework import RunResult
+from .layers.framework import Framework, RunResult
 from .layers.graph import Graph
 from .layers.translate import TranslatingCompiler, Translator, find_path, translation_paths
 from .layers.vendor import SEAMS, Vendor
@@ -244,11 +247,11 @@ class Stack:
     spec: ChipSpec
     devices: list[Device]
     vendors: dict[str, Vendor]
-    driver: object
-    runtime: object
-    library: object
-    compiler: object
-    framework: object
+    driver: Driver
+    runtime: Runtime
+    library: Library
+    compiler: Compiler
+    framework: Framework
     target: Target
     negotiation: dict = field(default_factory=dict)
     topology: Topology | None = None     # the fabric joining the devices
