@@ -101,3 +101,17 @@ def test_the_third_party_vendor_walkthrough_composes_as_written(tmp_path):
         got = [line.rstrip() for line in (p.stdout + p.stderr).splitlines()]
         want = [line.rstrip() for line in expected.splitlines() if line != "..."]
         assert got[:len(want)] == want, f"{cmd}: the guide shows\n" + "\n".join(want) + "\nnow:\n" + "\n".join(got[:len(want)])
+    # the coverage sentence: a graph using tanh falls back with the reason the guide quotes
+    quoted = re.search(r"a graph using `tanh` reports\n`(\{.*?\})`", guide, re.S)[1]
+    probe = (
+        "import numpy as np\n"
+        "from fornax.layers.graph import DType, Graph\n"
+        "from fornax.stack import compose, make_config\n"
+        "g = Graph('t'); x = g.input('x', (4, 8), DType.FLOAT32)\n"
+        "g.output(g.op('add', g.op('tanh', g.op('relu', x)), x))\n"
+        "r = compose(make_config('my-like')).run(g, {'x': np.ones((4, 8), np.float32)})\n"
+        "print(r.fallbacks)\n")
+    p = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == f"[{quoted}]", p.stdout

@@ -3,9 +3,9 @@
 A family's face is data (``vendor.toml`` ``[framework]``): the device type
 frameworks see (``cuda`` for both cuda-like and rocm-like, as ROCm PyTorch
 poses as CUDA; ``xpu`` for xpu-like), version fields, the distributed
-backend name, and an op coverage table saying, per graph op, whether the
-family runs it natively, decomposes it before compiling, or falls back to
-the CPU.  :class:`FrameworkBase` is the shared policy that turns a graph into
+backend name, and an op coverage table listing the exceptions: ops the
+family decomposes before compiling, and ops it runs on the CPU on purpose
+(with the reason); every other graph op runs natively.  :class:`FrameworkBase` is the shared policy that turns a graph into
 device segments (compiled by the compiler seam, run through runtime and
 library) and counted CPU fallbacks.
 """
@@ -122,8 +122,14 @@ class FrameworkBase:
                          f["dist_backend"], f["pjrt_plugin"], f.get("rng", ""), self.torch_face.versions,
                          f.get("pjrt_platform", f["pjrt_plugin"]))
         cov = f["coverage"]
-        self.native = frozenset(cov["native"])
         self.decomposed = frozenset(cov.get("decomposed", ()))
+        #: op -> why the family runs it on the CPU on purpose (``[framework.coverage.fallback]``)
+        self.cpu_ops: dict[str, str] = dict(cov.get("fallback", {}))
+        # every op the compiler can generate, unless the family lists an allow-list (``native``,
+        # for a family bringing ops up one at a time) or names the op as an exception
+        listed = cov.get("native")
+        self.native = ((frozenset(listed) if listed is not None else frozenset(OPS))
+                       - self.decomposed - frozenset(self.cpu_ops))
         self.compiler = compiler
         self.library = library
         self.runtime = runtime
@@ -137,6 +143,8 @@ class FrameworkBase:
             return Route(op, "decomposed", f"{self.vendor} decomposes {op} before compiling")
         if op in self.native:
             return Route(op, "native", f"{self.vendor} compiles {op} on the device")
+        if op in self.cpu_ops:
+            return Route(op, "fallback", f"{self.vendor} runs {op} on the CPU: {self.cpu_ops[op]}")
         return Route(op, "fallback", f"no {self.vendor} device kernel for {op}; runs on the CPU")
 
     # -- the PyTorch face ([framework.torch] in vendor.toml; policy in layers/face.py) ---------

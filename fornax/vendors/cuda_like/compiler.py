@@ -93,7 +93,7 @@ def assemble(text: str, fmt: str = "ptx-like", producer: str = "") -> KernelBina
 
 
 class CudaLikeCompiler(CompilerBase):
-    vendor = "cuda-like"
+    vendor = FACTS["name"]
     facts = FACTS
     encoders = ENCODERS
     dialect = DIALECT

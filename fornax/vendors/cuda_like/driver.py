@@ -22,7 +22,7 @@ class Stream(QueueBase):
 
 
 class CudaLikeDriver(DriverBase):
-    vendor = "cuda-like"
+    vendor = FACTS["name"]
     facts = FACTS
     queue_class = Stream
 

@@ -7,5 +7,5 @@ from . import FACTS
 
 
 class CudaLikeFramework(FrameworkBase):
-    vendor = "cuda-like"
+    vendor = FACTS["name"]
     facts = FACTS

@@ -8,6 +8,6 @@ from .compiler import ENCODERS
 
 
 class CudaLikeLibrary(LibraryBase):
-    vendor = "cuda-like"
+    vendor = FACTS["name"]
     facts = FACTS
     encoders = ENCODERS

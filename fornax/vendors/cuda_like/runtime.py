@@ -7,5 +7,5 @@ from . import FACTS
 
 
 class CudaLikeRuntime(RuntimeBase):
-    vendor = "cuda-like"
+    vendor = FACTS["name"]
     facts = FACTS

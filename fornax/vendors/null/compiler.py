@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from .driver import not_implemented
+from . import FACTS
 
 
 class NullCompiler:
     """Graph IR in, kernel binaries and a launch plan out — to be written."""
 
-    vendor = "null"
+    vendor = FACTS["name"]
 
     def output_formats(self):
         raise not_implemented("compiler.output_formats")

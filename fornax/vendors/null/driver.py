@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ...layers.errors import NotSupportedError
+from . import FACTS
 
 
 def not_implemented(hook: str) -> NotSupportedError:
     """The error every template hook raises: which hook, where to write it, where its facts go."""
     seam, _, name = hook.partition(".")
     return NotSupportedError(
-        f"not implemented: {hook}", seam=seam, vendor="null", op=name,
+        f"not implemented: {hook}", seam=seam, vendor=FACTS["name"], op=name,
         hint=f"the null vendor is a template: implement {name}() in your package's {seam}.py "
              f"(the contract is fornax.layers.{seam}.{seam.capitalize()}; the family's facts "
              f"live in vendor.toml [{seam}]); docs/new-vendor.md walks through it")
@@ -18,7 +19,7 @@ def not_implemented(hook: str) -> NotSupportedError:
 class NullDriver:
     """Devices, contexts, memory, modules and queues — to be written."""
 
-    vendor = "null"
+    vendor = FACTS["name"]
 
     def __init__(self, devices):
         self.devices = list(devices)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from .driver import not_implemented
+from . import FACTS
 
 
 class NullFramework:
     """The family's face to PyTorch/JAX and its op routing — to be written."""
 
-    vendor = "null"
+    vendor = FACTS["name"]
 
     def __init__(self, compiler, library, runtime, target):
         self.compiler, self.library, self.runtime, self.target = compiler, library, runtime, target

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from .driver import not_implemented
+from . import FACTS
 
 
 class NullLibrary:
     """Named routines (GEMM, ...) on top of a runtime — to be written."""
 
-    vendor = "null"
+    vendor = FACTS["name"]
     name = "null-library"
 
     def __init__(self, runtime):

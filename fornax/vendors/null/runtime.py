@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from .driver import not_implemented
+from . import FACTS
 
 
 class NullRuntime:
     """Devices, streams, events, memory, pinned host memory, copies, modules, launches and
     graph capture — to be written."""
 
-    vendor = "null"
+    vendor = FACTS["name"]
 
     def __init__(self, driver):
         self.driver = driver

@@ -45,7 +45,7 @@ def assemble(text: str, fmt: str = "hsaco-like", producer: str = "") -> KernelBi
 
 
 class RocmLikeCompiler(CompilerBase):
-    vendor = "rocm-like"
+    vendor = FACTS["name"]
     facts = FACTS
     encoders = ENCODERS
     dialect = DIALECT

@@ -134,7 +134,7 @@ class AqlQueue(QueueBase):
 
 
 class RocmLikeDriver(DriverBase):
-    vendor = "rocm-like"
+    vendor = FACTS["name"]
     facts = FACTS
     queue_class = AqlQueue
 

@@ -7,5 +7,5 @@ from . import FACTS
 
 
 class RocmLikeFramework(FrameworkBase):
-    vendor = "rocm-like"
+    vendor = FACTS["name"]
     facts = FACTS

@@ -8,6 +8,6 @@ from .compiler import ENCODERS
 
 
 class RocmLikeLibrary(LibraryBase):
-    vendor = "rocm-like"
+    vendor = FACTS["name"]
     facts = FACTS
     encoders = ENCODERS

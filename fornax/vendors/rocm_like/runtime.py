@@ -7,5 +7,5 @@ from . import FACTS
 
 
 class RocmLikeRuntime(RuntimeBase):
-    vendor = "rocm-like"
+    vendor = FACTS["name"]
     facts = FACTS

@@ -50,7 +50,7 @@ def assemble(text: str, fmt: str = "spirv-like", producer: str = "") -> KernelBi
 
 
 class XpuLikeCompiler(CompilerBase):
-    vendor = "xpu-like"
+    vendor = FACTS["name"]
     facts = FACTS
     encoders = ENCODERS
     dialect = DIALECT

@@ -250,7 +250,7 @@ class ImmediateCommandList(QueueBase):
 
 
 class XpuLikeDriver(DriverBase):
-    vendor = "xpu-like"
+    vendor = FACTS["name"]
     facts = FACTS
     queue_class = ImmediateCommandList
 

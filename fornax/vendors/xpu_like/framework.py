@@ -7,5 +7,5 @@ from . import FACTS
 
 
 class XpuLikeFramework(FrameworkBase):
-    vendor = "xpu-like"
+    vendor = FACTS["name"]
     facts = FACTS

@@ -8,6 +8,6 @@ from .compiler import ENCODERS
 
 
 class XpuLikeLibrary(LibraryBase):
-    vendor = "xpu-like"
+    vendor = FACTS["name"]
     facts = FACTS
     encoders = ENCODERS

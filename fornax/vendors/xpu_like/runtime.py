@@ -7,5 +7,5 @@ from . import FACTS
 
 
 class XpuLikeRuntime(RuntimeBase):
-    vendor = "xpu-like"
+    vendor = FACTS["name"]
     facts = FACTS
