@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from families import FAMILY_OBJECTS
+from families import family as family_named
 from helpers import FAMILIES, scale_program
 from fornax.layers.compiler import Target
 from fornax.layers.errors import FornaxError
@@ -97,14 +99,17 @@ def code_of(fn):
 
 
 # -- 1-4: the legacy default stream ----------------------------------------------------------
-LEGACY = {"cuda-like": True, "rocm-like": True, "xpu-like": False}
+# which families have one is a capability tag read from the facts (tests/families.py); that the
+# facts say so for cuda-like and rocm-like and not for xpu-like is checked here once
+def test_the_legacy_default_stream_capability_matches_the_real_stacks():
+    legacy = {f.name: f.has("legacy-default-stream") for f in FAMILY_OBJECTS}
+    assert legacy == {"cuda-like": True, "rocm-like": True, "xpu-like": False}
 
 
-@pytest.mark.parametrize("vendor", FAMILIES)
-def test_default_stream_waits_for_a_blocking_stream_only_where_it_is_legacy(vendor):
-    b = Bench(vendor)
+def test_default_stream_waits_for_a_blocking_stream_only_where_it_is_legacy(family):
+    b = Bench(family.name)
     out = b.finish_writer_then_read(b.rt.create_stream(in_order=True), b.rt.default_stream())
-    if LEGACY[vendor]:
+    if family.has("legacy-default-stream"):
         b.assert_ordered(out)                # the NULL stream waited for the blocking stream
         assert b.rt.counts["implicit_waits"] >= 1
     else:
@@ -112,16 +117,16 @@ def test_default_stream_waits_for_a_blocking_stream_only_where_it_is_legacy(vend
         assert b.rt.counts["implicit_waits"] == 0
 
 
-@pytest.mark.parametrize("vendor", FAMILIES)
-def test_blocking_stream_waits_for_prior_default_stream_work_only_where_it_is_legacy(vendor):
-    b = Bench(vendor)
+def test_blocking_stream_waits_for_prior_default_stream_work_only_where_it_is_legacy(family):
+    b = Bench(family.name)
     out = b.finish_writer_then_read(b.rt.default_stream(), b.rt.create_stream(in_order=True))
-    (b.assert_ordered if LEGACY[vendor] else b.assert_raced)(out)
+    (b.assert_ordered if family.has("legacy-default-stream") else b.assert_raced)(out)
 
 
-@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like"])
-def test_non_blocking_stream_opts_out_of_the_legacy_sync(vendor):
-    b = Bench(vendor)
+def test_non_blocking_stream_opts_out_of_the_legacy_sync(family):
+    if not family.has("legacy-default-stream"):
+        pytest.skip(f"{family}: no legacy default stream to opt out of")
+    b = Bench(family.name)
     b.rt.synchronize()
     before = b.rt.counts["implicit_waits"]
     out = b.finish_writer_then_read(b.rt.create_stream("non_blocking"), b.rt.default_stream())
@@ -129,11 +134,12 @@ def test_non_blocking_stream_opts_out_of_the_legacy_sync(vendor):
     assert b.rt.counts["implicit_waits"] == before
 
 
-@pytest.mark.parametrize("vendor", FAMILIES)
-def test_per_thread_default_stream(vendor):
-    if vendor == "xpu-like":                 # SYCL has no per-thread default queue
-        assert code_of(lambda: Bench(vendor, per_thread_default_stream=True)) == (
-            "feature_not_supported", 12)
+def test_per_thread_default_stream(family):
+    vendor = family.name
+    if not family.has("per-thread-default-stream"):     # SYCL has no per-thread default queue
+        code = family.facts["runtime"]["errors"]["conditions"]["not_supported"]
+        value = family.facts["runtime"]["errors"]["codes"][code]["value"]
+        assert code_of(lambda: Bench(vendor, per_thread_default_stream=True)) == (code, value)
         return
     b = Bench(vendor, per_thread_default_stream=True)
     # the per-thread stream does not sync with other blocking streams ...
@@ -146,13 +152,13 @@ def test_per_thread_default_stream(vendor):
 
 
 # -- 5-6: SYCL out-of-order queues -------------------------------------------------------------
-@pytest.mark.parametrize("vendor", FAMILIES)
-def test_created_queue_order_and_depends_on(vendor):
+def test_created_queue_order_and_depends_on(family):
+    vendor = family.name
     b = Bench(vendor)
     q = b.rt.create_stream()
     out = b.finish_writer_then_read(q, q)      # two commands on the same queue, no event between
-    if vendor == "xpu-like":
-        assert not q.in_order and len(q.queues) == 4
+    if family.has("out-of-order-queues"):
+        assert not q.in_order and len(q.queues) == family.facts["runtime"]["queue_pool"]
         b.assert_raced(out)                    # an out-of-order queue lets them overlap
     else:
         assert q.in_order
@@ -317,7 +323,7 @@ def test_capture_illegal_operations_give_the_family_code(vendor):
         assert code_of(lambda: b.rt.malloc(4096)) == unsupported
     else:
         b.rt.malloc(4096)
-    if LEGACY[vendor]:                          # the legacy stream cannot be captured
+    if family_named(vendor).has("legacy-default-stream"):   # the legacy stream cannot be captured
         assert code_of(lambda: b.rt.begin_capture(b.rt.default_stream())) == unsupported
 
 
