@@ -31,14 +31,24 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
 from pathlib import Path
 
 from . import report as report_mod
 from .layers.errors import ConfigError, FornaxError
-from .scenarios.workloads import DEFAULT_WORKLOAD, get_workload, numerics
+from .scenarios.workloads import DEFAULT_WORKLOAD, Workload, get_workload, numerics
 from .sim.faults import FaultPlan
 from .stack import Stack, StackConfig, compose, load_config, make_config, runnable_vendors
 from .stack import BUILTIN_FAMILIES
+
+if TYPE_CHECKING:
+    from .frameworks.jax import Client
+    from .layers.framework import RunResult
+    from .scenarios.jax_workloads import JaxRun, JaxWorkload
+    from .scenarios.torch_workloads import TorchRun, TorchWorkload
+
+#: a workload of any front end: a graph workload, a torch.nn program or a JAX function
+AnyWorkload = Union[Workload, "TorchWorkload", "JaxWorkload"]
 
 SCHEMA = "fornax.compare/1"
 #: where a workload comes from: the graph IR, a torch.nn program, a JAX function
@@ -79,9 +89,9 @@ class Prepared:
 
     config: StackConfig
     framework: str
-    workload: object
+    workload: AnyWorkload
     stack: Stack
-    client: object = None
+    client: Client | None = None
 
 
 def prepare(cfg: StackConfig, framework: str, workload: str | None, origin: str = "fornax") -> Prepared:
@@ -126,9 +136,15 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
     if faults is not None:
         for device in stack.devices:
             device.inject(faults)
-    graph, feeds = wl.build(cfg.seed) if framework == "graph" and wl.runner is None else (None, None)
+    graph, feeds = (wl.build(cfg.seed) if isinstance(wl, Workload) and wl.runner is None and wl.build is not None
+                    else (None, None))
     t0 = time.perf_counter()
-    errors, result, nums, scenario, frun, failed = [], None, [], None, None, None
+    errors: list[dict[str, Any]] = []
+    result: RunResult | None = None
+    nums: list[dict[str, Any]] = []
+    scenario: dict[str, Any] | None = None
+    frun: TorchRun | JaxRun | None = None
+    failed: str | None = None
     try:
         if framework == "torch":            # a torch.nn program through the torch front end
             from .scenarios import torch_workloads
@@ -138,9 +154,9 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
             from .scenarios import jax_workloads
             frun = jax_workloads.run(wl.name, prep.client, seed=cfg.seed)
             nums = frun.numerics
-        elif wl.runner is not None:         # a scenario that drives the stack itself
+        elif isinstance(wl, Workload) and wl.runner is not None:   # a scenario that drives the stack
             result, scenario = wl.runner(stack, cfg.seed)
-        else:
+        elif graph is not None and feeds is not None:
             result = stack.run(graph, feeds)
             nums = [] if cfg.meta else numerics(graph, result.outputs, feeds)   # meta: no data
     except FornaxError as exc:
@@ -304,7 +320,7 @@ def columns(workload: str | None = None, *, vendors=None, frameworks=None, stack
                           "FILE per stack")
     if stacks:
         paths = [str(p) for p in stacks]
-        stacks_by_label = [(label, _stack_config(p, spec, seed), p)
+        stacks_by_label: list[tuple[str, StackConfig, str | None]] = [(label, _stack_config(p, spec, seed), p)
                            for label, p in zip(_file_labels(paths), paths)]
     else:
         names = _names(vendors, "--vendors", runnable_vendors()) if vendors else list(DEFAULT_VENDORS)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 from rich.console import Console
@@ -34,6 +35,13 @@ from rich.table import Table
 from rich.tree import Tree
 
 import fornax
+
+if TYPE_CHECKING:
+    from .layers.framework import RunResult
+    from .stack import Stack
+
+#: a JSON object of the report (its fields are documented above and in the schema)
+JSON = dict[str, Any]
 
 SCHEMA = "fornax.report/1"
 SEAM_ORDER = ("framework", "compiler", "library", "runtime", "driver")
@@ -46,7 +54,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def manifest(stack, workload: str, framework: str = "graph") -> dict:
+def manifest(stack: Stack, workload: str, framework: str = "graph") -> JSON:
     cfg = stack.config
     return {
         "fornax": fornax.__version__,
@@ -67,8 +75,9 @@ def manifest(stack, workload: str, framework: str = "graph") -> dict:
     }
 
 
-def build(stack, workload: str, result=None, numerics=None, host_wall_s: float = 0.0,
-          errors=None, framework: str = "graph") -> dict:
+def build(stack: Stack, workload: str, result: RunResult | None = None,
+          numerics: Iterable[JSON] | None = None, host_wall_s: float = 0.0,
+          errors: Iterable[JSON] | None = None, framework: str = "graph") -> JSON:
     seams = {seam: stack.seam(seam).report() for seam in SEAM_ORDER}
     seams["compiler"]["negotiation"] = stack.negotiation
     driver = stack.driver
@@ -119,7 +128,7 @@ def build(stack, workload: str, result=None, numerics=None, host_wall_s: float =
 TORCH_ROUTES = ("native", "decomposed", "fallback", "view")
 
 
-def route_totals(rows: list[dict], routes) -> dict:
+def route_totals(rows: list[JSON], routes: Iterable[str]) -> JSON:
     """Counts per route of a front end's ``{..., route, count}`` rows; every route in
     ``routes`` is named (0 when unused)."""
     totals = {r: 0 for r in routes}
@@ -128,7 +137,7 @@ def route_totals(rows: list[dict], routes) -> dict:
     return totals
 
 
-def rows_delta(before: list[dict], after: list[dict], key: str) -> list[dict]:
+def rows_delta(before: list[JSON], after: list[JSON], key: str) -> list[JSON]:
     """What a front end's route rows (``{key, route, count, reason}``) recorded between two of
     its reports: the rows whose count grew, with the growth as their count, most first."""
     old = {(r[key], r["route"]): r["count"] for r in before}
@@ -138,7 +147,7 @@ def rows_delta(before: list[dict], after: list[dict], key: str) -> list[dict]:
     return rows
 
 
-def front_end_counts(rep: dict) -> None:
+def front_end_counts(rep: JSON) -> None:
     """Make the framework seam's counts in ``rep`` those of the front end that captured the
     work.  The seam counts graph-IR nodes it routes itself; a torch or jax run goes through
     its front end instead (ATen calls, jaxpr equations), whose own routes are the capture."""
@@ -157,8 +166,8 @@ def front_end_counts(rep: dict) -> None:
                          device_segments=counts.get("segments_run", 0))
 
 
-def torch_section(routes: dict, *, mode: str = "eager", stack: str = "", losses=(),
-                  reference_losses=(), reference_wall_s: float = 0.0) -> dict:
+def torch_section(routes: JSON, *, mode: str = "eager", stack: str = "", losses: Iterable[float] = (),
+                  reference_losses: Iterable[float] = (), reference_wall_s: float = 0.0) -> JSON:
     """``report["torch"]``: what the torch front end did in one run.  ``routes`` is that run's
     share of ``fornax.frameworks.torch.report()`` (``ops`` rows ``{op, route, count, reason}``);
     calls per route always name native, decomposed, fallback and view (0 when unused)."""
@@ -179,9 +188,9 @@ JAX_COUNTS = ("executions", "segments_run", "host_fallback_runs", "host_branches
               "host_loop_iterations", "h2d_bytes", "d2h_bytes")
 
 
-def jax_section(routes: dict, *, stack: str = "", platform: str = "", plugin: str = "",
-                platform_version: str = "", losses=(), reference_losses=(),
-                reference_wall_s: float = 0.0) -> dict:
+def jax_section(routes: JSON, *, stack: str = "", platform: str = "", plugin: str = "",
+                platform_version: str = "", losses: Iterable[float] = (),
+                reference_losses: Iterable[float] = (), reference_wall_s: float = 0.0) -> JSON:
     """``report["jax"]``: what the JAX front end did in one run.  ``routes`` is that run's share
     of a client's ``report()`` (``primitives`` rows ``{primitive, route, count, reason}`` and
     ``counts``); equations per route always name native, fallback and control (0 when unused)."""
@@ -215,7 +224,7 @@ def fmt_bytes(n: float) -> str:
     return str(n)
 
 
-def _seam_lines(name: str, seam: dict) -> list[str]:
+def _seam_lines(name: str, seam: JSON) -> list[str]:
     if name == "framework":
         ver = next((f"{k}={v}" for k, v in seam.items() if k.startswith("version.")), "")
         return [f"face: device '{seam['device_type']}' via {seam['module']} ({ver}), "
@@ -271,14 +280,14 @@ def _seam_lines(name: str, seam: dict) -> list[str]:
 ROWS = 20
 
 
-def _shown(rows: list, all_rows: bool) -> tuple[list, str | None]:
+def _shown(rows: list[Any], all_rows: bool) -> tuple[list[Any], str | None]:
     """The rows a table shows, and its caption when some are hidden."""
     if all_rows or len(rows) <= ROWS:
         return rows, None
     return rows[:ROWS], f"{len(rows) - ROWS} more row(s) not shown of {len(rows)}; --all shows every row"
 
 
-def render(report: dict, console: Console | None = None, all_rows: bool = False) -> None:
+def render(report: JSON, console: Console | None = None, all_rows: bool = False) -> None:
     console = console or Console()
     m = report["manifest"]
     tree = Tree(f"[bold]fornax stack[/] — workload [cyan]{m['workload']}[/] on spec "
@@ -367,7 +376,7 @@ def render(report: dict, console: Console | None = None, all_rows: bool = False)
 
 def _counted(names: list[str]) -> str:
     """Names in order, each run of one name once with its count (``sm_90 x1024``)."""
-    runs: list[list] = []
+    runs: list[list[Any]] = []
     for n in names:
         if runs and runs[-1][0] == n:
             runs[-1][1] += 1
@@ -376,7 +385,7 @@ def _counted(names: list[str]) -> str:
     return ", ".join(n if k == 1 else f"{n} x{k}" for n, k in runs)
 
 
-def _cache_levels(c: dict | None) -> str:
+def _cache_levels(c: JSON | None) -> str:
     """The compile cache's levels, for the compiler seam's line."""
     if not c:
         return ""
@@ -385,7 +394,7 @@ def _cache_levels(c: dict | None) -> str:
     return f" (memory {c['memory_hits']}, disk {c['disk_hits']}, misses {c['misses']}{corrupt}{bypassed})"
 
 
-def _render_routes(console: Console, title: str, routes: dict, rows: list[dict], key: str,
+def _render_routes(console: Console, title: str, routes: JSON, rows: list[JSON], key: str,
                    unit: str, names: str, fallback_title: str) -> None:
     """A front end's route table (``unit`` per route, distinct ``names``, the most common) and
     its fallbacks with counts and reasons; ``rows`` are ``{key, route, count, reason}``."""
@@ -407,14 +416,14 @@ def _render_routes(console: Console, title: str, routes: dict, rows: list[dict],
         console.print(ft)
 
 
-def _render_torch(sec: dict, console: Console) -> None:
+def _render_torch(sec: JSON, console: Console) -> None:
     """The torch front end's section: ATen calls by route, CPU fallbacks, losses per step."""
     _render_routes(console, f"torch front end ({sec['mode']}, {sec['stack']}): ATen calls by route",
                    sec["routes"], sec["ops"], "op", "calls", "ops", "torch front end: CPU fallbacks")
     _render_losses(sec, console)
 
 
-def _render_jax(sec: dict, console: Console) -> None:
+def _render_jax(sec: JSON, console: Console) -> None:
     """The JAX front end's section: jaxpr equations by route, host fallbacks with reasons,
     control flow driven from the host and transfers, losses per step."""
     _render_routes(console, f"jax front end ({sec['platform']}, {sec['stack']}): jaxpr equations by route",
@@ -437,7 +446,7 @@ def _render_jax(sec: dict, console: Console) -> None:
     _render_losses(sec, console)
 
 
-def _render_losses(sec: dict, console: Console) -> None:
+def _render_losses(sec: JSON, console: Console) -> None:
     """Loss per training step next to the float64 reference's (a front end's section)."""
     if sec["losses"]:
         lt = Table(title="training loss per step (fornax device vs float64 CPU)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from typing import Any, Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -126,14 +127,14 @@ class StackConfig:
     fuse: bool = True              # compiler fusion (off: one kernel per op, --no-fuse)
     dump_ir: str | None = None     # directory the compiler writes the IR after each pass to
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
                 "topology": self.topology, "meta": self.meta, "translate": self.translate,
                 "fuse": self.fuse}
 
 
-def parse_seam_overrides(items) -> dict[str, str]:
-    out = {}
+def parse_seam_overrides(items: Iterable[object] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
     for item in items or ():
         seam, sep, vendor = str(item).partition("=")
         seam, vendor = seam.strip(), vendor.strip()
@@ -253,13 +254,19 @@ class Stack:
     compiler: Compiler
     framework: Framework
     target: Target
-    negotiation: dict = field(default_factory=dict)
+    negotiation: dict[str, Any] = field(default_factory=dict)
     topology: Topology | None = None     # the fabric joining the devices
     #: per-stack state of the front ends (the JAX client that serves this stack, ...)
-    frontends: dict = field(default_factory=dict, repr=False, compare=False)
+    frontends: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def seam(self, name: str):
-        return getattr(self, name)
+    def seam(self, name: str) -> Driver | Runtime | Library | Compiler | Framework:
+        """The implementation composed for seam ``name`` (one of :data:`SEAMS`)."""
+        seams: dict[str, Driver | Runtime | Library | Compiler | Framework] = {
+            "driver": self.driver, "runtime": self.runtime, "library": self.library,
+            "compiler": self.compiler, "framework": self.framework}
+        if name not in seams:
+            raise UnknownSeamError(f"unknown seam {name!r}; valid seams: {', '.join(SEAMS)}")
+        return seams[name]
 
     def describe(self) -> str:
         """The stack in words: its family (or ``seam=family`` pairs when seams differ) on its chip."""
@@ -271,12 +278,12 @@ class Stack:
     def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
         return self.framework.run(graph, feeds)
 
-    def communicator(self, devices=None, timeout_s: float | None = None):
+    def communicator(self, devices: list[int] | None = None, timeout_s: float | None = None) -> Any:
         """The library's communicator over ``devices`` (default: all of the stack's)."""
         return self.library.communicator(devices, timeout_s)
 
 
-def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler, emits: tuple[str, ...],
+def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler: Compiler, emits: tuple[str, ...],
                 loadable: tuple[str, ...]) -> TranslatingCompiler | None:
     """A translating compiler when the driver's family declares a path from one of the
     compiler's formats to one the driver loads: the compiler family's own loader decodes,
@@ -336,6 +343,9 @@ def compose(config: StackConfig) -> Stack:
     props = driver.properties(0)
     if translator is not None:
         compiler, chosen = translator, translator.translator.to_format
+    if chosen is None:        # refused above: no shared format and no translation path
+        raise FormatMismatchError(f"no format of compiler {vendors['compiler'].name} reaches driver "
+                                  f"{vendors['driver'].name}")
     target = Target(props.target, chosen, props.compute_units)
     framework = vendors["framework"].framework(compiler, library, runtime, target)
     framework.meta = config.meta

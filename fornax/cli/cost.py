@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 import re
 
 import click
@@ -91,7 +92,7 @@ def _capacity(spec, needed: int, what: str) -> list[str]:
 
 
 def _emit(as_json: bool, title: str, result: dict, rows: list[tuple[str, str]],
-          warnings: list[str] = ()) -> None:
+          warnings: Sequence[str] = ()) -> None:
     if as_json:
         click.echo(json.dumps({"schema": "fornax.cost/1", **result, "warnings": list(warnings)}))
         return

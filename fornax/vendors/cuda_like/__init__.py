@@ -1,14 +1,13 @@
 """The cuda-like vendor family."""
 
-from ...layers.vendor import Vendor, load_facts
+from ...layers.vendor import Vendor
+from .facts import FACTS
 
-FACTS = load_facts(__name__)
-
-from .compiler import CudaLikeCompiler  # noqa: E402
-from .driver import CudaLikeDriver  # noqa: E402
-from .framework import CudaLikeFramework  # noqa: E402
-from .library import CudaLikeLibrary  # noqa: E402
-from .runtime import CudaLikeRuntime  # noqa: E402
+from .compiler import CudaLikeCompiler
+from .driver import CudaLikeDriver
+from .framework import CudaLikeFramework
+from .library import CudaLikeLibrary
+from .runtime import CudaLikeRuntime
 
 VENDOR = Vendor(FACTS["name"], FACTS["description"], FACTS, CudaLikeDriver, CudaLikeRuntime,
                 CudaLikeLibrary, CudaLikeCompiler, CudaLikeFramework)

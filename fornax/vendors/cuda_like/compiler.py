@@ -9,7 +9,7 @@ from ...layers.compiler import CompilerBase
 from ...layers.dialect import Dialect
 from ...layers.driver import arch_number
 from ...sim import isa
-from . import FACTS
+from .facts import FACTS
 
 CUBIN_MAGIC = b"\x7fELF"
 FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")
@@ -45,7 +45,7 @@ def fatbin_image(programs: list[isa.Program], arch: str, producer: str,
     archs.  ``ptx=""`` leaves the PTX out."""
     sm = f"sm_{arch_number(arch)}"
     archs = cubins if cubins is not None else sorted({*FACTS["compiler"]["fatbin_archs"], sm},
-                                                      key=arch_number)
+                                                      key=lambda a: arch_number(a) or 0)
     images = [cubin_image(programs, a, producer) for a in archs]
     if ptx is None:
         ptx = archs[0] if archs else sm

@@ -8,7 +8,7 @@ from ...layers.driver import DriverBase, QueueBase
 from ...sim import isa
 from ...sim.device import Device
 from ...sim.timeline import Packet
-from . import FACTS
+from .facts import FACTS
 from .compiler import CUBIN_MAGIC, ptx_kernels, unpack_fatbin
 
 

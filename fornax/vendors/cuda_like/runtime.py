@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...layers.runtime import RuntimeBase
-from . import FACTS
+from .facts import FACTS
 
 
 class CudaLikeRuntime(RuntimeBase):

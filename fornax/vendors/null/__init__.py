@@ -8,15 +8,14 @@ bases in ``fornax.layers`` as the built-in families do, and only fill in
 their hooks and ``vendor.toml``.)
 """
 
-from ...layers.vendor import Vendor, load_facts
+from ...layers.vendor import Vendor
+from .facts import FACTS
 
-FACTS = load_facts(__name__)
-
-from .compiler import NullCompiler  # noqa: E402
-from .driver import NullDriver  # noqa: E402
-from .framework import NullFramework  # noqa: E402
-from .library import NullLibrary  # noqa: E402
-from .runtime import NullRuntime  # noqa: E402
+from .compiler import NullCompiler
+from .driver import NullDriver
+from .framework import NullFramework
+from .library import NullLibrary
+from .runtime import NullRuntime
 
 VENDOR = Vendor(FACTS["name"], FACTS["description"], FACTS, NullDriver, NullRuntime,
                 NullLibrary, NullCompiler, NullFramework)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .driver import not_implemented
-from . import FACTS
+from .facts import FACTS
 
 
 class NullCompiler:

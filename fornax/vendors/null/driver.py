@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...layers.errors import NotSupportedError
-from . import FACTS
+from .facts import FACTS
 
 
 def not_implemented(hook: str) -> NotSupportedError:

@@ -21,7 +21,7 @@ from ...sim import isa
 from ...sim.device import Device
 from ...sim.memory import MemoryKind
 from ...sim.timeline import Packet
-from . import FACTS
+from .facts import FACTS
 from .compiler import HSACO_MAGIC, triple
 
 # hsa_kernel_dispatch_packet_t and hsa_barrier_and_packet_t, 64 bytes each

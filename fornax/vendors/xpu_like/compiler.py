@@ -6,7 +6,7 @@ from ...layers.binary import KernelBinary, pack_programs, unpack_programs
 from ...layers.compiler import CompilerBase
 from ...layers.dialect import Dialect
 from ...sim import isa
-from . import FACTS
+from .facts import FACTS
 
 SPIRV_MAGIC = (0x07230203).to_bytes(4, "little")
 ZEBIN_MAGIC = b"\x7fELF"

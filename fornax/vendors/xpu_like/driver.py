@@ -23,7 +23,7 @@ from ...sim import isa
 from ...sim.device import Device
 from ...sim.faults import InvalidProgram, SimError
 from ...sim.timeline import Packet, Semaphore
-from . import FACTS
+from .facts import FACTS
 from .compiler import IL_TARGET, SPIRV_MAGIC, ZEBIN_MAGIC
 
 

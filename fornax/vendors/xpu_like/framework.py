@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...layers.framework import FrameworkBase
-from . import FACTS
+from .facts import FACTS
 
 
 class XpuLikeFramework(FrameworkBase):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...layers.library import LibraryBase
-from . import FACTS
+from .facts import FACTS
 from .compiler import ENCODERS
 
 
