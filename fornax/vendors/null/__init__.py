@@ -8,7 +8,7 @@ bases in ``fornax.layers`` as the built-in families do, and only fill in
 their hooks and ``vendor.toml``.)
 """
 
-from ...layers.vendor import Vendor
+from fornax.layers.vendor import Vendor
 from .facts import FACTS
 
 from .compiler import NullCompiler

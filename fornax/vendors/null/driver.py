@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...layers.errors import NotSupportedError
+from fornax.layers.errors import NotSupportedError
 from .facts import FACTS
 
 
