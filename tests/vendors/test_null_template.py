@@ -58,3 +58,24 @@ def test_every_hook_names_what_to_implement_and_where(seam):
         assert err.message == f"not implemented: {seam}.{hook}" and err.vendor == "null"
         assert f"{hook}() in your package's {seam}.py" in err.hint, err.hint
         assert f"fornax.layers.{seam}." in err.hint
+
+
+@pytest.mark.parametrize("seam", PROTOCOLS)
+def test_conform_on_the_template_fails_every_clause_naming_a_hook(seam):
+    """`fornax conform SEAM --vendor null`: exit 1, no clause passes, and each failure names
+    the hook it reached and where to implement it."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fornax.cli.main import main
+
+    res = CliRunner().invoke(main, ["conform", seam, "--vendor", "null", "--json"])
+    assert res.exit_code == 1, res.output[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["seam"] == seam and doc["passed"] == 0 and doc["failed"] == len(doc["clauses"]) > 0
+    for clause in doc["clauses"]:
+        detail = clause["detail"]
+        assert "NotSupportedError" in detail and "/null]" in detail, detail
+        hook = detail.split("not implemented: ", 1)[1].split(" ", 1)[0]
+        assert hook.split(".")[0] in PROTOCOLS and "docs/new-vendor.md" in detail, detail
