@@ -8,6 +8,7 @@ from .faults import DeviceLost, ExecutionError, FaultInjector, FaultPlan
 from .isa import Program
 from .memory import AddressSpace, DeviceMemory
 from .power import PowerModel
+from .replay import ReplayCache
 from .spec import ChipSpec
 from .timeline import Timeline
 
@@ -32,6 +33,8 @@ class Device:
         self.lost: DeviceLost | None = None          # set when the device is lost, until reset
         self.ecc_corrected = 0
         self.resets = 0
+        #: this device's record/replay recordings of the kernels it runs (``fornax.sim.replay``)
+        self.replays = ReplayCache()
 
     @property
     def races(self) -> list:
@@ -81,12 +84,12 @@ class Device:
         if self.meta:
             counters = estimate_counters(program, grid, args)
         else:
-            counters = execute(program, grid, args, space)
+            counters = execute(program, grid, args, space, self.replays)
         self.kernels_executed += 1
         return counters, self.power.run_kernel(self._price(counters, program.meta), self.timeline.now)
 
     def _price(self, counters: Counters, meta: dict | None) -> KernelCost:
-        """:func:`kernel_cost` of a launch; a replayed launch (``fornax.sim.execute``) carries
+        """:func:`kernel_cost` of a launch; a replayed launch (``fornax.sim.replay``) carries
         its recording's memo, where the price of the same work and footprint is kept."""
         memo = getattr(counters, "pricing", None)
         if memo is None:
