@@ -10,8 +10,11 @@ executor (first launches and replays alike).
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 #: the narrow float types numpy does not know as ``kind == "f"``
 _LOW_PRECISION = frozenset(np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
@@ -48,7 +51,8 @@ def _float_to_int(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         nan = np.isnan(work)
         bad = high | low | nan
         if not bad.any():
-            return whole.astype(dtype)
+            done: npt.NDArray[Any] = whole.astype(dtype)
+            return done
         out = np.where(bad, np.zeros((), work.dtype), whole).astype(dtype)
     out[high] = info.max
     out[low] = info.min
@@ -60,11 +64,10 @@ def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     toward zero like integer division: ``1`` stays 1, ``-1`` alternates in sign, every
     other base gives 0 (numpy refuses such powers; a device has no exceptions).  Positive
     integer powers wrap around on overflow, floats follow IEEE."""
-    if a.dtype.kind != "i" or b.dtype.kind != "i":
-        return np.power(a, b)
+    if a.dtype.kind != "i" or b.dtype.kind != "i" or not (b < 0).any():
+        result: npt.NDArray[Any] = np.power(a, b)
+        return result
     negative = b < 0
-    if not negative.any():
-        return np.power(a, b)
     plain = np.power(a, np.where(negative, np.zeros((), b.dtype), b))
     one = np.ones((), a.dtype)
     odd = (b & 1).astype(bool)

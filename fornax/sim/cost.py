@@ -27,9 +27,11 @@ the same quantities the executor would and price them with the same model.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from .execute import Counters
+from .counters import Counters
 from .spec import ChipSpec
 
 #: bytes per element of each dtype name the model knows
@@ -99,7 +101,7 @@ def wave_efficiency(instances: int, units: int) -> float:
     return instances / (waves * units)
 
 
-def resident_instances(spec: ChipSpec, tile, itemsize: int, acc_words: int = 1) -> int:
+def resident_instances(spec: ChipSpec, tile: Sequence[int], itemsize: int, acc_words: int = 1) -> int:
     """Instances of a tiled kernel one compute unit holds at once (at least one).
 
     A ``(bm, bn, bk)`` tile keeps ``PIPELINE_STAGES`` stages of its A and B
@@ -111,7 +113,7 @@ def resident_instances(spec: ChipSpec, tile, itemsize: int, acc_words: int = 1) 
     return max(1, min(spec.shared_memory_per_unit // smem, spec.registers_per_unit // regs))
 
 
-def alignment_factor(tile, shape) -> float:
+def alignment_factor(tile: Sequence[int], shape: Sequence[int]) -> float:
     """Matrix work the hardware does for a tile padded to the instruction shape, per counted work."""
     f = 1.0
     for t, s in zip(tile, shape):
@@ -122,10 +124,11 @@ def alignment_factor(tile, shape) -> float:
 def _main_dtype(c: Counters) -> str | None:
     if not c.matrix_flops:
         return None
-    return max(c.matrix_flops, key=c.matrix_flops.get)
+    flops = c.matrix_flops
+    return max(flops, key=lambda dtype: flops[dtype])
 
 
-def kernel_cost(spec: ChipSpec, c: Counters, meta: dict | None = None,
+def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
                 clock_fraction: float = 1.0) -> KernelCost:
     """Price one kernel from its counters.
 
@@ -181,7 +184,7 @@ def hbm_traffic(spec: ChipSpec, c: Counters, resident: int = 1) -> float:
     return footprint + reuse * miss
 
 
-def _memory_time(spec: ChipSpec, c: Counters, resident: int, busy: float):
+def _memory_time(spec: ChipSpec, c: Counters, resident: int, busy: float) -> tuple[float, float, float]:
     total = float(c.bytes_read + c.bytes_written)
     hbm = hbm_traffic(spec, c, resident)
     t = max(hbm / (spec.hbm_bandwidth * spec.memory_efficiency), total / spec.l2_bandwidth)
@@ -210,7 +213,7 @@ class Estimate:
     flops: float = 0.0              # useful FLOPs (2*m*n*k for a GEMM), not padded work
     bytes: float = 0.0              # bytes the bandwidth figure counts
     cost: KernelCost | None = None
-    detail: dict = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tflops(self) -> float:
@@ -221,7 +224,7 @@ class Estimate:
         return self.bytes / self.time_s / 1e9 if self.time_s > 0 else 0.0
 
 
-def _check_positive(**sizes) -> None:
+def _check_positive(**sizes: object) -> None:
     for name, v in sizes.items():
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -269,7 +272,12 @@ def gemm_counters(m: int, n: int, k: int, batch: int = 1, dtype: str = "bfloat16
     return c
 
 
-def _fitting_tiles(spec: ChipSpec, dtype: str):
+def _tile3(tile: Sequence[int]) -> tuple[int, int, int]:
+    bm, bn, bk = tile
+    return bm, bn, bk
+
+
+def _fitting_tiles(spec: ChipSpec, dtype: str) -> list[tuple[int, int, int]]:
     isz = itemsize(dtype)
     tiles = [(bm, bn, bk if isz < 4 else bk // 2) for bm, bn, bk in GEMM_TILES]
     fit = [t for t in tiles
@@ -286,13 +294,11 @@ def gemm_cost(spec: ChipSpec, m: int, n: int, k: int, dtype: str = "bfloat16", b
     """
     _check_positive(m=m, n=n, k=k, batch=batch)
     itemsize(dtype)
-    best = None
-    for t in ([tuple(tile)] if tile else _fitting_tiles(spec, dtype)):
+    tried: list[tuple[tuple[int, int, int], KernelCost, Counters]] = []
+    for t in ([_tile3(tile)] if tile else _fitting_tiles(spec, dtype)):
         c = gemm_counters(m, n, k, batch, dtype, t)
-        cost = kernel_cost(spec, c, {"tile": list(t)}, clock_fraction)
-        if best is None or cost.duration_s < best[1].duration_s:
-            best = (t, cost, c)
-    t, cost, c = best
+        tried.append((t, kernel_cost(spec, c, {"tile": list(t)}, clock_fraction), c))
+    t, cost, c = min(tried, key=lambda e: e[1].duration_s)     # the first of the fastest
     return Estimate("gemm", cost.duration_s, 2.0 * m * n * k * batch,
                     float(c.bytes_read + c.bytes_written), cost,
                     {"m": m, "n": n, "k": k, "batch": batch, "dtype": dtype, "tile": list(t),

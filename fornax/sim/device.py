@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .cost import KernelCost, copy_cost, gemm_counters, kernel_cost
 from .execute import Counters, execute
 from .faults import DeviceLost, ExecutionError, FaultInjector, FaultPlan
 from .isa import Program
 from .memory import AddressSpace, DeviceMemory
 from .power import PowerModel
+from .race import Race
+from .replay import ReplayCache
 from .spec import ChipSpec
 from .timeline import Timeline
+from .topology import Topology
 
 
 class Device:
@@ -26,15 +31,17 @@ class Device:
         self.kernels_executed = 0
         self.bytes_copied = {"h2d": 0, "d2h": 0, "d2d": 0}
         self.power = PowerModel(spec)   # energy, temperature and clock along the timeline
-        self.topology = None        # the fabric joining this device to others (Topology.connect)
+        self.topology: Topology | None = None        # the fabric joining this device to others (Topology.connect)
         self.peer_bytes = 0
         self.injector: FaultInjector | None = None   # fault injection; None: off, zero cost
         self.lost: DeviceLost | None = None          # set when the device is lost, until reset
         self.ecc_corrected = 0
         self.resets = 0
+        #: this device's record/replay recordings of the kernels it runs (``fornax.sim.replay``)
+        self.replays = ReplayCache()
 
     @property
-    def races(self) -> list:
+    def races(self) -> list[Race]:
         """Data races the happens-before detector found on this device (``fornax.sim.race``)."""
         return self.timeline.races
 
@@ -55,7 +62,7 @@ class Device:
         fault = self.injector.next(op, label, context)
         self.ecc_corrected += self.injector.ecc_corrected - before
         if fault is not None:
-            if fault.kind == "device_lost":
+            if isinstance(fault, DeviceLost):     # kind "device_lost"
                 self.lost = fault
             raise fault
 
@@ -68,27 +75,27 @@ class Device:
             q.pending.clear()
         self.resets += 1
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return {"kernels_executed": self.kernels_executed, "bytes_copied": dict(self.bytes_copied),
                 "peer_bytes": self.peer_bytes, "ecc_corrected": self.ecc_corrected,
                 "lost": self.lost is not None, "resets": self.resets,
                 "faults": [] if self.injector is None else [vars(r) for r in self.injector.log]}
 
     def run_kernel(self, space: AddressSpace, program: Program, grid: tuple[int, int, int],
-                   args: dict) -> tuple[Counters, KernelCost]:
+                   args: dict[str, Any]) -> tuple[Counters, KernelCost]:
         """Execute a kernel functionally and price it.  Called when its packet runs."""
         self.begin("kernel", program.name, space.context)
         if self.meta:
             counters = estimate_counters(program, grid, args)
         else:
-            counters = execute(program, grid, args, space)
+            counters = execute(program, grid, args, space, self.replays)
         self.kernels_executed += 1
         return counters, self.power.run_kernel(self._price(counters, program.meta), self.timeline.now)
 
-    def _price(self, counters: Counters, meta: dict | None) -> KernelCost:
-        """:func:`kernel_cost` of a launch; a replayed launch (``fornax.sim.execute``) carries
+    def _price(self, counters: Counters, meta: dict[str, Any] | None) -> KernelCost:
+        """:func:`kernel_cost` of a launch; a replayed launch (``fornax.sim.replay``) carries
         its recording's memo, where the price of the same work and footprint is kept."""
-        memo = getattr(counters, "pricing", None)
+        memo = counters.pricing
         if memo is None:
             return kernel_cost(self.spec, counters, meta)
         try:
@@ -96,7 +103,7 @@ class Device:
             hit = memo.get(key)
         except TypeError:                  # an unhashable tile: kernel_cost says what is wrong
             return kernel_cost(self.spec, counters, meta)
-        if hit is not None and hit[0] is self.spec:
+        if hit is not None and hit[0] is self.spec and isinstance(hit[1], KernelCost):
             return hit[1]
         cost = kernel_cost(self.spec, counters, meta)
         if len(memo) >= 64:                # footprints that keep changing: keep the memo small
@@ -104,7 +111,7 @@ class Device:
         memo[key] = (self.spec, cost)
         return cost
 
-    def account_kernel(self, counters: Counters, meta: dict | None = None,
+    def account_kernel(self, counters: Counters, meta: dict[str, Any] | None = None,
                        start: float | None = None) -> KernelCost:
         """Price a kernel at the clock the power and thermal state allows, and account its
         energy; ``start`` defaults to the start of the packet running now."""
@@ -128,7 +135,7 @@ class Device:
         return self.topology.peer_copy_time(nbytes, self.index, dst_index)
 
 
-def _per_output(c: Counters, est: dict, outputs: int) -> None:
+def _per_output(c: Counters, est: dict[str, Any], outputs: int) -> None:
     """Work a shape-generic kernel does per output element (``per_output``: vector FLOPs per
     dtype, bytes read, and bytes written, which replace the counted writes), times ``outputs``;
     plus ``bytes_read_per_instance`` (a uniform load each program instance makes)."""
@@ -145,7 +152,7 @@ def _per_output(c: Counters, est: dict, outputs: int) -> None:
         c.bytes_written = int(float(per["bytes_written"]) * outputs)
 
 
-def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) -> Counters:
+def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict[str, Any]) -> Counters:
     """The counters a kernel's attached estimate predicts for this launch (shape-only mode).
 
     ``kind = "counters"``: counts fixed at code generation (footprints relative
@@ -162,7 +169,7 @@ def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) 
         raise ExecutionError(f"kernel {program.name!r} carries no cost estimate, so a shape-only "
                              "(meta) device cannot price it; its generator must attach one")
 
-    def size(v):
+    def size(v: str | int) -> int:
         return int(args[v]) if isinstance(v, str) else int(v)
 
     if est.get("kind") == "gemm":
@@ -193,12 +200,12 @@ def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict) 
                 c.add_flops(table, dt, float(f) * extra)
         c.bytes_read += int(step["bytes_read"]) * extra
         c.bytes_written += int(step["bytes_written"]) * extra
-    for table, key in ((c.read_ranges, "read"), (c.write_ranges, "write")):
+    for ranges, key in ((c.read_ranges, "read"), (c.write_ranges, "write")):
         if key in est:
             grow = step.get(key, {})
-            table.clear()
-            table.update({p: (int(args[p]) + lo, int(args[p]) + hi + extra * int(grow.get(p, 0)))
-                          for p, (lo, hi) in est[key].items()})
+            ranges.clear()
+            ranges.update({p: (int(args[p]) + lo, int(args[p]) + hi + extra * int(grow.get(p, 0)))
+                           for p, (lo, hi) in est[key].items()})
         else:  # gemm_counters lays its buffers out from address 0: rebase on the arguments
-            table.update({p: (int(args[p]), int(args[p]) + hi - lo) for p, (lo, hi) in table.items()})
+            ranges.update({p: (int(args[p]), int(args[p]) + hi - lo) for p, (lo, hi) in ranges.items()})
     return c

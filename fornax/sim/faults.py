@@ -150,7 +150,7 @@ class FaultSpec:
     op: str | None = None
     address: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise FaultPlanError(f"unknown fault kind {self.kind!r}; choose one of: "
                                  f"{', '.join(FAULT_KINDS)}")
@@ -193,7 +193,7 @@ class FaultPlan:
     seed: int = 0
     watchdog_s: float = 2.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
         for f in self.faults:
             if not isinstance(f, FaultSpec):
@@ -243,7 +243,7 @@ class FaultInjector:
     log: list[FaultRecord] = field(default_factory=list)
     ecc_corrected: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.rng = np.random.default_rng([self.plan.seed, self.device])
 
     def next(self, op: str, label: str, context: int = 0) -> SimError | None:
@@ -257,16 +257,17 @@ class FaultInjector:
             self.counts[o] += 1
         failure: SimError | None = None
         for spec in self.plan.faults:
-            if spec.op not in ops:
+            hits = spec.op             # set by FaultSpec.__post_init__
+            if hits is None or hits not in ops:
                 continue
-            n = self.counts[spec.op]
+            n = self.counts[hits]
             if spec.at is not None:
                 hit = n == spec.at
             else:
-                hit = bool(self.rng.random() < spec.probability)
+                hit = spec.probability is not None and bool(self.rng.random() < spec.probability)
             if not hit:
                 continue
-            self.log.append(FaultRecord(spec.kind, spec.op, n, label))
+            self.log.append(FaultRecord(spec.kind, hits, n, label))
             if spec.kind == "ecc_correctable":
                 self.ecc_corrected += 1
             elif failure is None:

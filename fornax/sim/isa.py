@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -36,9 +38,9 @@ DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 
-UNARY = ("neg", "exp", "log", "relu", "tanh", "sqrt", "rsqrt", "abs", "sigmoid", "recip", "not",
+UNARY: tuple[str, ...] = ("neg", "exp", "log", "relu", "tanh", "sqrt", "rsqrt", "abs", "sigmoid", "recip", "not",
          "erf", "floor", "ceil", "round", "sign", "isnan")
-BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "floordiv", "mod",
+BINARY: tuple[str, ...] = ("add", "sub", "mul", "div", "max", "min", "pow", "floordiv", "mod",
           "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "atan2")
 #: unary / binary functions whose result is bool whatever the operand dtype
 BOOL_RESULT = ("not", "isnan", "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
@@ -218,11 +220,17 @@ class Loop:
     start: int
     stop: int | str          # a bound, or a register holding one uniform bound
     step: int
-    body: tuple = ()
+    body: tuple[Instruction, ...] = ()
     op = "loop"
 
 
-INSTRUCTIONS = {cls.op: cls for cls in (ProgramId, Arange, Const, ScalarArg, Unary, Binary, Where,
+#: one instruction of the ISA
+Instruction = (ProgramId | Arange | Const | ScalarArg | Unary | Binary | Where | Convert | Reshape | Broadcast
+               | Reduce | Load | Store | StoreReduce | Dot | Barrier | Loop)
+#: an operand of an instruction in assembly text: a register or name, a number, a flag, a shape or none
+Operand = str | int | float | bool | tuple[int, ...] | None
+
+INSTRUCTIONS: dict[str, type[Instruction]] = {cls.op: cls for cls in (ProgramId, Arange, Const, ScalarArg, Unary, Binary, Where,
                                         Convert, Reshape, Broadcast, Reduce, Load, Store, StoreReduce, Dot,
                                         Barrier, Loop)}
 
@@ -231,8 +239,8 @@ INSTRUCTIONS = {cls.op: cls for cls in (ProgramId, Arange, Const, ScalarArg, Una
 class Program:
     name: str
     params: tuple[Param, ...]
-    body: tuple = ()
-    meta: dict = field(default_factory=dict, compare=False, hash=False)
+    body: tuple[Instruction, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -240,7 +248,7 @@ class Program:
                 return p
         raise InvalidProgram(f"kernel {self.name}: no parameter named {name!r}")
 
-    def instructions(self):
+    def instructions(self) -> Iterator[Instruction]:
         """Every instruction, loop bodies included (depth first)."""
         stack = list(reversed(self.body))
         while stack:
@@ -260,7 +268,7 @@ OPERANDS: dict[type, tuple[str, ...]] = {
 }
 
 
-def _reads(ins) -> list[str]:
+def _reads(ins: object) -> list[str]:
     return [getattr(ins, n) for n in OPERANDS.get(type(ins), ()) if getattr(ins, n) is not None]
 
 
@@ -290,7 +298,7 @@ def _verify(program: Program) -> Program:
         seen.add(p.name)
     params = {p.name: p for p in program.params}
 
-    def check(body, defined: set[str]):
+    def check(body: Iterable[object], defined: set[str]) -> None:
         for i, ins in enumerate(body):
             loc = f"{where}, instruction {i} ({getattr(ins, 'op', type(ins).__name__)})"
             if type(ins) not in INSTRUCTIONS.values():
@@ -342,15 +350,15 @@ def _verify(program: Program) -> Program:
 
 
 # ---- JSON encoding --------------------------------------------------------------
-def _ins_to_obj(ins) -> dict:
-    obj = {"op": ins.op}
+def _ins_to_obj(ins: Instruction) -> dict[str, Any]:
+    obj: dict[str, Any] = {"op": ins.op}
     for f in fields(ins):
         v = getattr(ins, f.name)
         obj[f.name] = [_ins_to_obj(b) for b in v] if f.name == "body" else v
     return obj
 
 
-def _ins_from_obj(obj):
+def _ins_from_obj(obj: object) -> Instruction:
     if not isinstance(obj, dict) or obj.get("op") not in INSTRUCTIONS:
         raise InvalidProgram(f"not an ISA instruction: {str(obj)[:80]}")
     cls = INSTRUCTIONS[obj["op"]]
@@ -385,7 +393,7 @@ def decode(data: bytes) -> Program:
 
 
 # ---- assembly text -----------------------------------------------------------------
-def _fmt(v) -> str:
+def _fmt(v: object) -> str:
     if v is None:
         return "_"
     if isinstance(v, bool):
@@ -397,7 +405,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _parse(tok: str, where: str):
+def _parse(tok: str, where: str) -> Operand:
     if tok == "_":
         return None
     if tok in ("true", "false"):
@@ -424,7 +432,7 @@ def disassemble(program: Program) -> str:
     if program.meta:
         lines.append(f".meta {json.dumps(program.meta, sort_keys=True, separators=(',', ':'))}")
 
-    def emit(body, depth):
+    def emit(body: Iterable[Instruction], depth: int) -> None:
         pad = "  " * depth
         for ins in body:
             args = " ".join(f"{f.name}={_fmt(getattr(ins, f.name))}" for f in fields(ins)
@@ -444,8 +452,8 @@ def disassemble(program: Program) -> str:
 def assemble(text: str) -> Program:
     """Parse assembly text (as :func:`disassemble` writes it) into a verified program."""
     name, params, meta = None, [], {}
-    stack: list[list] = [[]]
-    loops: list[dict] = []
+    stack: list[list[Instruction]] = [[]]
+    loops: list[dict[str, Any]] = []
     ended = False
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("//", 1)[0].strip()
@@ -483,7 +491,7 @@ def assemble(text: str) -> Program:
                 toks = toks[:-1]
             if op not in INSTRUCTIONS:
                 raise InvalidProgram(f"{where}: unknown instruction {op!r}")
-            kwargs = {}
+            kwargs: dict[str, Any] = {}     # operands as parsed: the constructor and verify() check them
             for tok in toks[1:]:
                 if "=" not in tok:
                     raise InvalidProgram(f"{where}: expected key=value, got {tok!r}")

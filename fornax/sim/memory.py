@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import bisect
 import enum
+from collections.abc import Callable, ValuesView
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .faults import ExecutionError, MisalignedAddress, OutOfDeviceMemory, PageFault
 
@@ -33,8 +36,8 @@ class WriteLog:
 
     __slots__ = ("effects",)
 
-    def __init__(self):
-        self.effects: list[tuple] = []
+    def __init__(self) -> None:
+        self.effects: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
 
     def __len__(self) -> int:
         return len(self.effects)
@@ -46,6 +49,11 @@ class WriteLog:
 
 
 _capture: WriteLog | None = None
+
+#: elements of a mapping: an index array or a slice
+ElementIndex = npt.NDArray[np.integer[Any]] | slice
+#: an n-d box of a mapping's elements: (byte offset of the first, shape, byte strides of any sign)
+Box = tuple[int, tuple[int, ...], tuple[int, ...]]
 
 
 def begin_capture() -> WriteLog:
@@ -60,7 +68,7 @@ def end_capture() -> None:
     _capture = None
 
 
-def defer(fn, *args) -> None:
+def defer(fn: Callable[..., None], *args: Any) -> None:
     """Apply ``fn(*args)`` now, or at commit time when a packet is running."""
     if _capture is None:
         fn(*args)
@@ -72,11 +80,12 @@ def _store_bytes(mapping: "Mapping", off: int, raw: np.ndarray) -> None:
     mapping.buffer[off: off + raw.size] = raw
 
 
-def _store_elements(mapping: "Mapping", dtype: np.dtype, index: np.ndarray, values) -> None:
+def _store_elements(mapping: "Mapping", dtype: np.dtype[Any], index: ElementIndex,
+                    values: npt.NDArray[Any]) -> None:
     AddressSpace.elements(mapping, dtype)[index] = values
 
 
-def _store_box(mapping: "Mapping", dtype: np.dtype, box: tuple, values: np.ndarray) -> None:
+def _store_box(mapping: "Mapping", dtype: np.dtype[Any], box: Box, values: np.ndarray) -> None:
     AddressSpace.box(mapping, dtype, box)[...] = values
 
 
@@ -97,7 +106,7 @@ class Mapping:
     _buffer: np.ndarray | None = field(default=None, repr=False)
     meta: bool = False   # shape-only mode: accounted and page-checked, never backed by data
     #: the backing buffer viewed as elements of each dtype asked for (the executor's replay path)
-    _views: dict = field(default_factory=dict, init=False, repr=False)
+    _views: dict[np.dtype[Any], npt.NDArray[Any]] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def end(self) -> int:
@@ -138,7 +147,7 @@ class DeviceMemory:
         self._all: list[Mapping] = []          # every live mapping, sorted by va
         self._next_context = 1
         self.device_index = device_index
-        self.clock = lambda: 0.0               # host time, for usage_log (the Device wires it)
+        self.clock: Callable[[], float] = lambda: 0.0               # host time, for usage_log (the Device wires it)
         self.usage_log: list[tuple[float, int]] = []   # (host time, bytes in use) at each change
         self.usage_limit = 100_000             # past it the oldest half of usage_log goes
         self.fabric: list[DeviceMemory] = []   # the other devices' memories on one topology
@@ -210,7 +219,7 @@ class AddressSpace:
         self._mappings: dict[int, Mapping] = {}
         self._peers: list[AddressSpace] = []
 
-    def mappings(self):
+    def mappings(self) -> ValuesView[Mapping]:
         return self._mappings.values()
 
     # -- mapping ----------------------------------------------------------
@@ -312,15 +321,17 @@ class AddressSpace:
         mapping, off = self.resolve(address, nbytes, "read")
         return mapping.buffer[off: off + nbytes].tobytes()
 
-    def write(self, address: int, data) -> None:
-        raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+    def write(self, address: int, data: bytes | bytearray | memoryview | npt.NDArray[Any]) -> None:
+        view = data.data if isinstance(data, np.ndarray) else memoryview(data)   # the same view
+        raw = np.frombuffer(view.cast("B"), dtype=np.uint8)
         mapping, off = self.resolve(address, raw.size, "write")
         if _capture is None:
             mapping.buffer[off: off + raw.size] = raw
         else:
             _capture.effects.append((_store_bytes, (mapping, off, raw.copy())))
 
-    def _element_view(self, addresses: np.ndarray, dtype: np.dtype, access: str):
+    def _element_view(self, addresses: np.ndarray, dtype: np.dtype[Any], access: str
+                      ) -> list[tuple[npt.NDArray[np.bool_] | None, Mapping, npt.NDArray[Any]]]:
         """Group element addresses by mapping; yield (mask, mapping, element indices)."""
         itemsize = dtype.itemsize
         if addresses.size == 0:
@@ -347,7 +358,7 @@ class AddressSpace:
                 raise PageFault(bad, access, self.context, self._explain(bad))
             owners[id(mapping)] = mapping
             groups.setdefault(id(mapping), []).append(vpn)
-        out = []
+        out: list[tuple[npt.NDArray[np.bool_] | None, Mapping, npt.NDArray[Any]]] = []
         for key, vpns in groups.items():
             mapping = owners[key]
             mask = np.isin(pages, vpns) if len(groups) > 1 else np.ones(addresses.shape, bool)
@@ -379,7 +390,7 @@ class AddressSpace:
         return view
 
     @staticmethod
-    def store_elements(mapping: Mapping, dtype: np.dtype, index, values: np.ndarray,
+    def store_elements(mapping: Mapping, dtype: np.dtype[Any], index: ElementIndex, values: np.ndarray,
                        owned: bool = False) -> None:
         """Write ``values`` at element ``index`` (an index array or a slice) of ``mapping``,
         deferred like :meth:`scatter` while a packet runs (``owned``: the caller never
@@ -391,7 +402,7 @@ class AddressSpace:
             _store_elements(mapping, dtype, index, values)
 
     @staticmethod
-    def box(mapping: Mapping, dtype: np.dtype, box: tuple) -> np.ndarray:
+    def box(mapping: Mapping, dtype: np.dtype[Any], box: Box) -> np.ndarray:
         """A view of ``mapping``'s committed bytes as an n-d box of elements: ``box`` is
         (byte offset of the first element, shape, byte strides, any sign).  numpy checks
         that the whole box lies inside the mapping's buffer."""
@@ -399,7 +410,7 @@ class AddressSpace:
         return np.ndarray(shape, dtype, buffer=mapping.buffer, offset=offset, strides=strides)
 
     @staticmethod
-    def store_box(mapping: Mapping, dtype: np.dtype, box: tuple, values: np.ndarray) -> None:
+    def store_box(mapping: Mapping, dtype: np.dtype[Any], box: Box, values: np.ndarray) -> None:
         """Write ``values`` (shaped like the box) into the box :meth:`box` describes (its
         elements must be distinct), deferred like :meth:`store_elements`; the caller never
         changes ``values`` again."""
@@ -415,7 +426,8 @@ class AddressSpace:
         for mask, mapping, index in self._element_view(addresses, dtype, "read"):
             usable = mapping.span - mapping.span % dtype.itemsize
             if mask is None:
-                return mapping.buffer[:usable].view(dtype)[index]
+                whole: np.ndarray = mapping.buffer[:usable].view(dtype)[index]
+                return whole
             result[mask] = mapping.buffer[:usable].view(dtype)[index]
         return result
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from .cost import KernelCost
 from .spec import ChipSpec
@@ -67,7 +68,7 @@ class PowerModel:
         self.parts = EnergyParts()
         #: (time_s, {"power_w", "temp_c", "clock_fraction"}) at the start of each piece of work,
         #: for the trace's counter tracks; bounded so long runs stay cheap
-        self.samples: list[tuple[float, dict]] = []
+        self.samples: list[tuple[float, dict[str, float]]] = []
         self.max_samples = 100_000
         self._energy: dict[int, tuple[KernelCost, EnergyParts]] = {}   # id(cost) -> its energy
 
@@ -190,7 +191,7 @@ class PowerModel:
     def energy_j(self) -> float:
         return self.parts.total_j
 
-    def summary(self, until: float | None = None) -> dict:
+    def summary(self, until: float | None = None) -> dict[str, Any]:
         """Totals, with static power counted up to ``until`` (the end of the device's work)."""
         if until is not None:
             self.idle_until(until)

@@ -32,13 +32,32 @@ once the device is idle.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from .intervals import IntervalMap
 
 HOST = -1          # the host's participant id in a vector clock
 
 Clock = dict[int, int]
+#: a byte range an access touched, and the parameter (or copy side) it belongs to
+Span = tuple[int, int, str]
+
+
+class Packet(Protocol):
+    """What the detector reads of an executed packet (a timeline ``Record`` is one)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
 
 
 def join(into: Clock, other: Clock) -> None:
@@ -56,7 +75,7 @@ class Access:
     hi: int
     mode: str                  # "read" or "write"
     name: str                  # the kernel parameter or copy side ("dst", "src")
-    record: object             # the timeline Record of the packet
+    record: Packet             # the timeline Record of the packet
     queue: int
     queue_label: str
     epoch: int                 # the packet's own entry in its clock
@@ -64,7 +83,7 @@ class Access:
     def covers(self, other: "Access") -> bool:
         return self.lo <= other.lo and other.hi <= self.hi
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         r = self.record
         return {"label": r.label, "kind": r.kind, "queue": self.queue, "queue_label": self.queue_label,
                 "engine": r.engine, "access": self.mode, "param": self.name,
@@ -87,7 +106,7 @@ class Race:
         """Simulated time at which both packets had started."""
         return max(self.first.record.start, self.second.record.start)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "kind": self.kind, "range": [self.lo, self.hi],
                 "bytes": self.hi - self.lo, "at_s": self.at,
                 "first": self.first.describe(), "second": self.second.describe(),
@@ -143,8 +162,8 @@ class RaceDetector:
             join(self.host_clock, c)
 
     # -- accesses -----------------------------------------------------------
-    def observe(self, record, clock: Clock, queue: int, queue_label: str,
-                reads=(), writes=()) -> None:
+    def observe(self, record: Packet, clock: Clock, queue: int, queue_label: str,
+                reads: Iterable[Span] = (), writes: Iterable[Span] = ()) -> None:
         """Check one executed packet's accesses against every unordered earlier one."""
         epoch = clock[queue]
         new = [Access(int(lo), int(hi), "read", name, record, queue, queue_label, epoch)

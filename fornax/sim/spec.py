@@ -10,12 +10,13 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from . import tomlfile
 from .faults import SpecError
 
 #: field name -> (type, description).  Every field is required.
-_FIELDS: dict[str, tuple[type, str]] = {
+_FIELDS: dict[str, tuple[type[Any], str]] = {
     "name": (str, "spec name"),
     "description": (str, "what the spec models"),
     "compute_units": (int, "SMs / CUs / Xe cores"),
@@ -105,7 +106,7 @@ class ChipSpec:
             return self.vector_peak[dtype]
         return self.vector_peak.get("float32", min(self.vector_peak.values()))
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "compute_units": self.compute_units,
@@ -117,7 +118,7 @@ class ChipSpec:
         }
 
 
-def _validate(data: dict, where: str) -> ChipSpec:
+def _validate(data: dict[str, Any], where: str) -> ChipSpec:
     missing = [k for k in _FIELDS if k not in data]
     if missing:
         raise SpecError(
@@ -127,7 +128,7 @@ def _validate(data: dict, where: str) -> ChipSpec:
     unknown = sorted(set(data) - set(_FIELDS) - {"source"})
     if unknown:
         raise SpecError(f"chip spec {where} has unknown field(s): {', '.join(unknown)}")
-    values = {}
+    values: dict[str, Any] = {}     # each checked against its field's type below
     for key, (typ, desc) in _FIELDS.items():
         value = data[key]
         if typ is float and isinstance(value, int) and not isinstance(value, bool):

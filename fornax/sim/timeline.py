@@ -20,18 +20,27 @@ import heapq
 import itertools
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, TypedDict
 
 from . import memory as _memory
 from .faults import DeviceHang, SimError
-from .race import RaceDetector
+from .race import Clock, Race, RaceDetector, Span
 
 _ids = itertools.count(1)
 
 
-def _value_of(entry: tuple) -> int:
+def _value_of(entry: tuple[int, object]) -> int:
     return entry[0]
+
+
+class _Notes(TypedDict):
+    """What the running packet's work reported (see :meth:`Timeline.annotate`)."""
+
+    reads: list[Span]
+    writes: list[Span]
+    args: dict[str, Any]
 
 
 class Semaphore:
@@ -45,9 +54,9 @@ class Semaphore:
         self.value = initial
         self.failure: SimError | None = None
         self._history: list[tuple[int, float]] = [(initial, 0.0)]
-        self._clocks: list[tuple[int, dict]] = [(initial, {})]   # (value, signaller's vector clock)
+        self._clocks: list[tuple[int, Clock]] = [(initial, {})]   # (value, signaller's vector clock)
 
-    def signal(self, value: int, at: float, clock: dict | None = None) -> None:
+    def signal(self, value: int, at: float, clock: Clock | None = None) -> None:
         if not 0 <= value <= self.MAX:
             raise ValueError(f"semaphore value {value} is outside the 64-bit range")
         if value < self.value:
@@ -59,7 +68,7 @@ class Semaphore:
         if clock is not None:
             self._clocks.append((value, clock))
 
-    def fail(self, error: SimError, at: float, clock: dict | None = None) -> None:
+    def fail(self, error: SimError, at: float, clock: Clock | None = None) -> None:
         """Complete with an error: every waiter for any value sees ``error``."""
         if self.failure is None:
             self.failure = error
@@ -68,7 +77,7 @@ class Semaphore:
         if clock is not None:
             self._clocks.append((self.MAX, clock))
 
-    def clock_at(self, value: int) -> dict | None:
+    def clock_at(self, value: int) -> Clock | None:
         """Vector clock of the signal that first reached ``value`` (for race detection)."""
         i = bisect.bisect_left(self._clocks, value, key=_value_of)
         return self._clocks[i][1] if i < len(self._clocks) else None
@@ -90,7 +99,7 @@ class Packet:
     waits: list[tuple[Semaphore, int]] = field(default_factory=list)
     signals: list[tuple[Semaphore, int]] = field(default_factory=list)
     submitted_at: float = 0.0
-    host_clock: dict = field(default_factory=dict)   # the host's vector clock at submission
+    host_clock: Clock = field(default_factory=dict)   # the host's vector clock at submission
     # (semaphore, value) pairs signalled when the packet STARTS; they carry no vector clock,
     # so waiting on one orders start times only (no happens-before for the race detector)
     start_signals: list[tuple[Semaphore, int]] = field(default_factory=list)
@@ -107,10 +116,10 @@ class Record:
     start: float
     end: float
     error: str | None = None
-    reads: list = field(default_factory=list)      # (lo, hi, name) byte ranges the work read
-    writes: list = field(default_factory=list)     # ... and wrote
-    args: dict = field(default_factory=dict)       # what the work reported (grid, bytes, bound)
-    clock: dict = field(default_factory=dict)      # vector clock (race detection)
+    reads: list[Span] = field(default_factory=list)      # (lo, hi, name) byte ranges the work read
+    writes: list[Span] = field(default_factory=list)     # ... and wrote
+    args: dict[str, Any] = field(default_factory=dict)       # what the work reported (grid, bytes, bound)
+    clock: Clock = field(default_factory=dict)      # vector clock (race detection)
 
 
 class HardwareQueue:
@@ -154,10 +163,10 @@ class Timeline:
         self._logs: list[tuple[float, int, _memory.WriteLog]] = []   # heap by packet end time
         self._log_seq = itertools.count()
         self._log: _memory.WriteLog | None = None
-        self._notes: dict | None = None
+        self._notes: _Notes | None = None
 
     @property
-    def races(self) -> list:
+    def races(self) -> list[Race]:
         """Data races found so far (:class:`fornax.sim.race.Race`)."""
         return self.race_detector.races
 
@@ -306,7 +315,7 @@ class Timeline:
         self._host_sync(None, every_queue=True)
 
     # -- memory effects and happens-before -------------------------------------
-    def annotate(self, reads=(), writes=(), **args) -> None:
+    def annotate(self, reads: Iterable[Span] = (), writes: Iterable[Span] = (), **args: Any) -> None:
         """Called by a running packet's work: byte ranges ``(lo, hi, name)`` it read and
         wrote (for race detection) and values for traces (grid, bytes, bound, ...)."""
         if self._notes is not None:
@@ -321,7 +330,7 @@ class Timeline:
         finally:
             _memory.end_capture()
 
-    def _finish(self, record: Record, q: HardwareQueue, clock: dict) -> None:
+    def _finish(self, record: Record, q: HardwareQueue, clock: Clock) -> None:
         """``record`` holds the running packet's notes; queue its writes, check its accesses."""
         log = self._log
         self._notes, self._log = None, None
@@ -334,7 +343,7 @@ class Timeline:
         while self._logs and self._logs[0][0] <= until:
             heapq.heappop(self._logs)[2].commit()
 
-    def _host_sync(self, clock: dict | None, every_queue: bool = False) -> None:
+    def _host_sync(self, clock: Clock | None, every_queue: bool = False) -> None:
         """The host returns from a wait at ``host_time``: run what starts before it (so no
         packet reads memory from its future), commit memory up to it, join clocks."""
         while self.step(before=self.host_time):

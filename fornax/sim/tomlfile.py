@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 #: no configuration file fornax reads comes near this; anything larger is not one
 MAX_BYTES = 16 * 2**20
 
 
-def read(path: str | Path, what: str, error: type[Exception]) -> dict:
+def read(path: str | Path, what: str, error: type[Exception]) -> dict[str, Any]:
     """The TOML document in ``path`` (``what`` names it in messages, e.g. "chip spec file");
     any problem is ``error(message)``."""
     path = Path(path)

@@ -42,9 +42,13 @@ switch for rings but as fast for all-to-all, where every link is busy.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from .memory import DeviceMemory
 from .spec import ChipSpec
+from .timeline import Timeline
 
 #: fabric kinds and what each models
 KINDS: dict[str, str] = {
@@ -56,7 +60,18 @@ KINDS: dict[str, str] = {
 #: collective algorithms
 ALGORITHMS = ("ring", "tree")
 
-_Link = tuple[object, object]  # (from node, to node); a node is a device index or "switch"
+#: a node of the fabric: a device index, or "switch"
+Node = int | str
+_Link = tuple[Node, Node]  # (from node, to node)
+
+
+class Member(Protocol):
+    """What joining a fabric needs of a device (:class:`~fornax.sim.device.Device` is one)."""
+
+    index: int
+    topology: Topology | None
+    memory: DeviceMemory
+    timeline: Timeline
 
 
 @dataclass
@@ -105,7 +120,7 @@ class Topology:
                    link_latency_s=float(spec.peer_link_latency_s), port_bandwidth=big_b,
                    links=links)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "devices": self.devices,
@@ -116,7 +131,7 @@ class Topology:
         }
 
     # ---------------------------------------------------------------- devices
-    def connect(self, devices: list) -> None:
+    def connect(self, devices: Sequence[Member]) -> None:
         """Join simulated devices (``devices[i].index == i``) into this fabric: each gets
         ``.topology``, one timeline engine per outgoing peer link, and its memory learns
         the other devices' memories (so a fault can name the owner of a remote address)."""
@@ -183,8 +198,8 @@ class Topology:
             return [([(src, dst)], 1.0)]
         n = self.devices
         fwd = (dst - src) % n
-        cw = [((src + i) % n, (src + i + 1) % n) for i in range(fwd)]
-        ccw = [((src - i) % n, (src - i - 1) % n) for i in range(n - fwd)]
+        cw: list[tuple[Node, Node]] = [((src + i) % n, (src + i + 1) % n) for i in range(fwd)]
+        ccw: list[tuple[Node, Node]] = [((src - i) % n, (src - i - 1) % n) for i in range(n - fwd)]
         if len(cw) < len(ccw):
             return [(cw, 1.0)]
         if len(ccw) < len(cw):

@@ -24,6 +24,11 @@ Timestamps and durations are microseconds of *simulated* device time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, SupportsFloat, SupportsIndex
+
+from .device import Device
+
 QUEUE_TID_BASE = 1000
 
 
@@ -31,7 +36,7 @@ def _us(seconds: float) -> float:
     return seconds * 1e6
 
 
-def _clean(value):
+def _clean(value: object) -> Any:
     """JSON-safe args: tuples become lists, anything exotic becomes text."""
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
@@ -39,15 +44,17 @@ def _clean(value):
         return {str(k): _clean(v) for k, v in value.items()}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return str(value)
+    if isinstance(value, (SupportsFloat, SupportsIndex, bytes, bytearray)):   # what float() takes
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    return str(value)
 
 
-def _power_samples(device) -> list[tuple[float, dict]]:
+def _power_samples(device: Device) -> list[tuple[float, dict[str, float]]]:
     samples = getattr(getattr(device, "power", None), "samples", None)
-    out = []
+    out: list[tuple[float, dict[str, float]]] = []
     for sample in samples or ():
         try:
             t, values = sample
@@ -57,11 +64,11 @@ def _power_samples(device) -> list[tuple[float, dict]]:
     return out
 
 
-def device_events(device) -> list[dict]:
+def device_events(device: Device) -> list[dict[str, Any]]:
     """The trace events of one device."""
     tl = device.timeline
     pid = device.index + 1
-    events: list[dict] = [
+    events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
          "args": {"name": f"device {device.index} ({device.spec.name})"}},
         {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
@@ -115,9 +122,9 @@ def device_events(device) -> list[dict]:
     return events
 
 
-def chrome_trace(devices) -> dict:
+def chrome_trace(devices: Iterable[Device]) -> dict[str, Any]:
     """A Chrome / Perfetto trace-event document for ``devices`` (simulated time)."""
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     for device in devices:
         events.extend(device_events(device))
     return {"traceEvents": events, "displayTimeUnit": "ns",

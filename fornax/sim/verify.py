@@ -20,6 +20,8 @@ register is refused on its account.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -34,21 +36,28 @@ _INT64 = np.dtype(np.int64)
 _BOOL = np.dtype(np.bool_)
 _NAMES = {dt: name for name, dt in isa.DTYPES.items()}
 
+#: a tile shape (without the instance axis)
+Shape = tuple[int, ...]
+#: what the checker knows of a register: its tile shape and dtype
+TileType = tuple[Shape, np.dtype[Any]]
+#: register -> its type, None when unknown (it changes around a loop)
+Env = dict[str, TileType | None]
+
 
 class IllTypedProgram(InvalidProgram):
     """A program whose tile shapes or dtypes do not fit: refused when its module is built."""
 
 
-def _name(dt: np.dtype) -> str:
+def _name(dt: np.dtype[Any]) -> str:
     return _NAMES.get(dt, str(dt))
 
 
-def _fmt(t) -> str:
+def _fmt(t: TileType) -> str:
     shape, dt = t
     return f"{_name(dt)}[{', '.join(str(d) for d in shape)}]"
 
 
-def _broadcast(*shapes: tuple) -> tuple | None:
+def _broadcast(*shapes: Shape) -> Shape | None:
     """numpy broadcasting of right-aligned tile shapes; None when they do not broadcast."""
     rank = max(len(s) for s in shapes)
     out = []
@@ -72,11 +81,12 @@ class _Checker:
         self.program = program
         self.params = {p.name: p for p in program.params}
 
-    def fail(self, path: str, ins, msg: str):
-        what = ins.op if not hasattr(ins, "fn") else f"{ins.op} {ins.fn}"
+    def fail(self, path: str, ins: object, msg: str) -> NoReturn:
+        op = getattr(ins, "op", "?")
+        what = op if not hasattr(ins, "fn") else f"{op} {getattr(ins, 'fn')}"
         raise IllTypedProgram(f"kernel {self.program.name!r}, instruction {path} ({what}): {msg}")
 
-    def body(self, body, env: dict, prefix: str) -> None:
+    def body(self, body: Iterable[object], env: Env, prefix: str) -> None:
         for i, ins in enumerate(body):
             path = f"{prefix}{i}"
             if isinstance(ins, isa.Loop):
@@ -87,12 +97,12 @@ class _Checker:
                 if dst is not None:
                     env[dst] = t
 
-    def read(self, env: dict, reg: str, ins, path: str):
+    def read(self, env: Env, reg: str, ins: object, path: str) -> TileType | None:
         if reg not in env:
             self.fail(path, ins, f"reads register {reg} before it is written")
         return env[reg]
 
-    def step(self, ins, env: dict, path: str):
+    def step(self, ins: Any, env: Env, path: str) -> TileType | None:
         """The type (shape, dtype) ``ins`` writes, None when unknown; raise when it cannot run."""
         t = type(ins)
         if t is isa.ProgramId:
@@ -112,16 +122,17 @@ class _Checker:
             return None if x is None else (x[0], isa.np_dtype(ins.dtype))
         if any(v is None for v in reads.values()):
             return None                  # reads an unknown register: nothing to check, or to say
-        return getattr(self, "_" + ins.op)(ins, path, **reads)
+        result: TileType | None = getattr(self, "_" + ins.op)(ins, path, **reads)
+        return result
 
     # ---- one method per instruction, named after its op --------------------------------
-    def _unary(self, ins, path, src):
+    def _unary(self, ins: isa.Unary, path: str, src: TileType) -> TileType:
         shape, dt = src
         if dt == _BOOL and ins.fn in _NOT_ON_BOOL:
             self.fail(path, ins, f"{ins.fn} is not defined on bool tiles ({_fmt(src)}); convert first")
         return shape, (_BOOL if ins.fn in isa.BOOL_RESULT else dt)
 
-    def _binary(self, ins, path, a, b):
+    def _binary(self, ins: isa.Binary, path: str, a: TileType, b: TileType) -> TileType:
         if a[1] != b[1]:
             self.fail(path, ins, f"operand dtypes differ ({_fmt(a)} vs {_fmt(b)}); insert a convert")
         if ins.fn in isa.BITWISE and a[1].kind not in "iu":
@@ -133,7 +144,7 @@ class _Checker:
             self.fail(path, ins, f"tile shapes of {ins.a} {_fmt(a)} and {ins.b} {_fmt(b)} do not broadcast")
         return shape, (_BOOL if ins.fn in isa.BOOL_RESULT else a[1])
 
-    def _where(self, ins, path, cond, a, b):
+    def _where(self, ins: isa.Where, path: str, cond: TileType, a: TileType, b: TileType) -> TileType:
         shape = _broadcast(cond[0], a[0], b[0])
         if shape is None:
             self.fail(path, ins, f"tile shapes of {ins.cond} {_fmt(cond)}, {ins.a} {_fmt(a)} and "
@@ -144,20 +155,20 @@ class _Checker:
             self.fail(path, ins, f"no common dtype for {_fmt(a)} and {_fmt(b)}; insert a convert")
         return shape, dt
 
-    def _reshape(self, ins, path, src):
+    def _reshape(self, ins: isa.Reshape, path: str, src: TileType) -> TileType:
         if math.prod(src[0]) != math.prod(ins.shape):
             self.fail(path, ins, f"cannot reshape {ins.src} {_fmt(src)} ({math.prod(src[0])} elements) "
                                  f"to {tuple(ins.shape)} ({math.prod(ins.shape)} elements)")
         return tuple(ins.shape), src[1]
 
-    def _broadcast(self, ins, path, src):
+    def _broadcast(self, ins: isa.Broadcast, path: str, src: TileType) -> TileType:
         shape, target = src[0], tuple(ins.shape)
         if len(shape) > len(target) or any(
                 d not in (1, e) for d, e in zip(shape, target[len(target) - len(shape):])):
             self.fail(path, ins, f"cannot broadcast {ins.src} {_fmt(src)} to {target}")
         return target, src[1]
 
-    def _reduce(self, ins, path, src):
+    def _reduce(self, ins: isa.Reduce, path: str, src: TileType) -> TileType:
         shape, rank = src[0], len(src[0])
         if not -rank <= ins.axis < rank:
             self.fail(path, ins, f"axis {ins.axis} out of range for {ins.src} {_fmt(src)}")
@@ -165,7 +176,8 @@ class _Checker:
         out = shape[:axis] + (1,) + shape[axis + 1:]
         return out, (_INT64 if ins.fn in isa.ARG_REDUCE else src[1])
 
-    def _lanes(self, ins, path, offsets, mask):
+    def _lanes(self, ins: isa.Load | isa.Store | isa.StoreReduce, path: str, offsets: TileType,
+               mask: TileType | None) -> Shape:
         if offsets[1].kind not in "iu":
             self.fail(path, ins, f"offsets {ins.offsets} must be an integer tile, got {_fmt(offsets)}")
         if mask is None:
@@ -176,10 +188,11 @@ class _Checker:
                                  f"{_fmt(mask)} do not broadcast")
         return shape
 
-    def _load(self, ins, path, offsets, mask=None):
+    def _load(self, ins: isa.Load, path: str, offsets: TileType, mask: TileType | None = None) -> TileType:
         return self._lanes(ins, path, offsets, mask), isa.np_dtype(self.params[ins.ptr].dtype)
 
-    def _store(self, ins, path, offsets, value, mask=None):
+    def _store(self, ins: isa.Store | isa.StoreReduce, path: str, offsets: TileType, value: TileType,
+               mask: TileType | None = None) -> None:
         lanes = self._lanes(ins, path, offsets, mask)
         if _broadcast(lanes, value[0]) is None:
             self.fail(path, ins, f"value {ins.value} {_fmt(value)} does not broadcast to the lanes "
@@ -188,7 +201,7 @@ class _Checker:
 
     _store_reduce = _store
 
-    def _dot(self, ins, path, a, b, acc):
+    def _dot(self, ins: isa.Dot, path: str, a: TileType, b: TileType, acc: TileType) -> TileType:
         if len(a[0]) != 2 or len(b[0]) != 2 or a[0][1] != b[0][0]:
             self.fail(path, ins, f"needs [M,K] x [K,N] tiles, got {ins.a} {_fmt(a)} x {ins.b} {_fmt(b)}")
         out = (a[0][0], b[0][1])
@@ -198,7 +211,7 @@ class _Checker:
         return out, isa.np_dtype(ins.acc_dtype)
 
     # ---- loops ----------------------------------------------------------------------------
-    def loop(self, ins, env: dict, path: str) -> None:
+    def loop(self, ins: isa.Loop, env: Env, path: str) -> None:
         if isinstance(ins.stop, str):
             bound = self.read(env, ins.stop, ins, path)
             if bound is not None and math.prod(bound[0]) != 1:
@@ -207,7 +220,7 @@ class _Checker:
         else:
             trips = len(range(ins.start, ins.stop, ins.step))
 
-        def run(state: dict) -> dict:
+        def run(state: Env) -> Env:
             inner = dict(state)
             inner[ins.var] = ((), _INT64)
             self.body(ins.body, inner, f"{path}.")
@@ -247,7 +260,7 @@ def check_types(program: isa.Program) -> isa.Program:
     return program
 
 
-def check_module(kernels: dict) -> dict:
+def check_module(kernels: dict[str, isa.Program]) -> dict[str, isa.Program]:
     """:func:`check_types` for every kernel of a module (name -> program); one message per
     refused kernel, all in one :class:`IllTypedProgram`."""
     errors = []

@@ -85,22 +85,24 @@ def test_elementwise_with_mask_over_ragged_size(dev, space):
     assert cost.duration_s > 0
 
 
-def test_masked_load_other_value(dev, space):
-    p = isa.verify(Program("k", (Param("x", "ptr", "float32"), Param("o", "ptr", "float32")), (
+def masked_other_program():
+    """o[i] = x[i] for i < 5, else -3 (a masked load's other value)."""
+    return isa.verify(Program("k", (Param("x", "ptr", "float32"), Param("o", "ptr", "float32")), (
         Arange("%i", 8), Const("%five", 5, "int64"), Binary("%m", "lt", "%i", "%five"),
         Load("%x", "x", "%i", "%m", -3.0), Store("o", "%i", "%x"))))
+
+
+def test_masked_load_other_value(dev, space):
+    p = masked_other_program()
     px = put(space, np.arange(5, dtype=np.float32))
     po = alloc(space, (8,), np.float32)
     execute(p, (1, 1, 1), {"x": px, "o": po}, space)
     np.testing.assert_array_equal(get(space, po, (8,), np.float32), [0, 1, 2, 3, 4, -3, -3, -3])
 
 
-def test_row_reduction(dev, space):
-    rows, cols = 13, 40
-    width = 64
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((rows, cols)).astype(np.float32)
-    p = isa.verify(Program("rowsum", (Param("x", "ptr", "float32"), Param("s", "ptr", "float32"),
+def rowsum_program(cols, width):
+    """s[row] = sum of row ``row`` of x (``cols`` wide, in a ``width``-lane tile); mx[row] its max."""
+    return isa.verify(Program("rowsum", (Param("x", "ptr", "float32"), Param("s", "ptr", "float32"),
                                       Param("mx", "ptr", "float32")), (
         ProgramId("%row"),
         Arange("%col", width),
@@ -115,6 +117,14 @@ def test_row_reduction(dev, space):
         Store("s", "%row", "%s"),
         Store("mx", "%row", "%mx"),
     )))
+
+
+def test_row_reduction(dev, space):
+    rows, cols = 13, 40
+    width = 64
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    p = rowsum_program(cols, width)
     px = put(space, x)
     ps, pm = alloc(space, (rows,), np.float32), alloc(space, (rows,), np.float32)
     c = execute(p, (rows, 1, 1), {"x": px, "s": ps, "mx": pm}, space)
@@ -125,8 +135,9 @@ def test_row_reduction(dev, space):
     assert c.bytes_written == 2 * rows * 4
 
 
-def test_two_dimensional_grid_program_ids(dev, space):
-    p = isa.verify(Program("ids", (Param("o", "ptr", "int64"),), (
+def grid_ids_program():
+    """o[z, y, x] = 100 z + 10 y + x over a (3, 4, 2) grid."""
+    return isa.verify(Program("ids", (Param("o", "ptr", "int64"),), (
         ProgramId("%x", 0), ProgramId("%y", 1), ProgramId("%z", 2),
         Const("%c100", 100, "int64"), Const("%c10", 10, "int64"),
         Const("%sx", 1, "int64"), Const("%sy", 3, "int64"), Const("%sz", 12, "int64"),
@@ -135,6 +146,10 @@ def test_two_dimensional_grid_program_ids(dev, space):
         Binary("%o0", "mul", "%z", "%sz"), Binary("%o1", "mul", "%y", "%sy"),
         Binary("%o2", "add", "%o0", "%o1"), Binary("%off", "add", "%o2", "%x"),
         Store("o", "%off", "%v"))))
+
+
+def test_two_dimensional_grid_program_ids(dev, space):
+    p = grid_ids_program()
     po = alloc(space, (24,), np.int64)
     execute(p, (3, 4, 2), {"o": po}, space)
     z, y, x = np.meshgrid(range(2), range(4), range(3), indexing="ij")
@@ -220,9 +235,20 @@ def test_gemm_counts_flops_and_bytes(dev, space):
     assert cost.compute_s > 0 and cost.memory_s > 0
 
 
+def copy_program(name, n):
+    """o[i] = x[i] for i < n (one instance)."""
+    return isa.verify(Program(name, (Param("x", "ptr", "float32"), Param("o", "ptr", "float32")), (
+        Arange("%i", n), Load("%v", "x", "%i"), Store("o", "%i", "%v"))))
+
+
+def fill_program():
+    """o[i] = 1 for i < 256 (one instance)."""
+    return isa.verify(Program("oob_store", (Param("o", "ptr", "float32"),), (
+        Arange("%i", 256), Const("%one", 1.0, "float32"), Store("o", "%i", "%one"))))
+
+
 def test_out_of_bounds_load_page_faults(dev, space):
-    p = isa.verify(Program("oob", (Param("x", "ptr", "float32"), Param("o", "ptr", "float32")), (
-        Arange("%i", 256), Load("%v", "x", "%i"), Store("o", "%i", "%v"))))
+    p = copy_program("oob", 256)
     m = space.map(100 * 4, label="small")          # 100 floats, kernel reads 256
     po = alloc(space, (256,), np.float32)
     with pytest.raises(PageFault) as info:
@@ -230,30 +256,38 @@ def test_out_of_bounds_load_page_faults(dev, space):
     assert info.value.address == m.va + 400
     assert f"{m.va + 400:#x}" in str(info.value)
     # a store out of bounds faults as well
-    q = isa.verify(Program("oob_store", (Param("o", "ptr", "float32"),), (
-        Arange("%i", 256), Const("%one", 1.0, "float32"), Store("o", "%i", "%one"))))
+    q = fill_program()
     with pytest.raises(PageFault):
         execute(q, (1, 1, 1), {"o": m.va}, space)
 
 
 def test_unmapped_pointer_faults(dev, space):
-    p = isa.verify(Program("k", (Param("x", "ptr", "float32"), Param("o", "ptr", "float32")), (
-        Arange("%i", 4), Load("%v", "x", "%i"), Store("o", "%i", "%v"))))
+    p = copy_program("k", 4)
     po = alloc(space, (4,), np.float32)
     with pytest.raises(PageFault):
         execute(p, (1, 1, 1), {"x": 0x1000, "o": po}, space)
 
 
-def test_execution_errors(dev, space):
-    p = isa.verify(Program("k", (Param("x", "ptr", "float32"),), (
+def mixed_dtypes_program():
+    """Adds a float16 constant to a float32 tile: an execution error."""
+    return isa.verify(Program("k", (Param("x", "ptr", "float32"),), (
         Arange("%i", 4), Const("%h", 1.0, "float16"), Load("%v", "x", "%i"),
         Binary("%bad", "add", "%v", "%h"))))
+
+
+def bad_reshape_program():
+    """Reshapes a 6-lane tile to 4 x 2: an execution error."""
+    return isa.verify(Program("r", (), (Arange("%i", 6), Reshape("%j", "%i", (4, 2)))))
+
+
+def test_execution_errors(dev, space):
+    p = mixed_dtypes_program()
     px = put(space, np.zeros(4, np.float32))
     with pytest.raises(ExecutionError, match="dtypes differ"):
         execute(p, (1, 1, 1), {"x": px}, space)
     with pytest.raises(ExecutionError, match="missing argument"):
         execute(p, (1, 1, 1), {}, space)
-    q = isa.verify(Program("r", (), (Arange("%i", 6), Reshape("%j", "%i", (4, 2)))))
+    q = bad_reshape_program()
     with pytest.raises(ExecutionError, match="reshape"):
         execute(q, (1, 1, 1), {}, space)
 
@@ -268,10 +302,15 @@ def test_vector_flops_counted_per_instance(dev, space):
     assert c.vector_flops["float32"] == 3 * block * 8
 
 
+def instance_ids_program():
+    """o[p] = p as int32, one element per instance."""
+    return isa.verify(Program("tiny", (Param("o", "ptr", "int32"),), (
+        ProgramId("%p"), Convert("%v", "%p", "int32"), Store("o", "%p", "%v"))))
+
+
 def test_large_grid_runs_vectorised(dev, space):
     instances = 100_000
-    p = isa.verify(Program("tiny", (Param("o", "ptr", "int32"),), (
-        ProgramId("%p"), Convert("%v", "%p", "int32"), Store("o", "%p", "%v"))))
+    p = instance_ids_program()
     po = alloc(space, (instances,), np.int32)
     c = execute(p, (instances, 1, 1), {"o": po}, space)
     np.testing.assert_array_equal(get(space, po, (instances,), np.int32), np.arange(instances))

@@ -1,4 +1,4 @@
-"""The executor's fast paths (fornax.sim.execute): loads and stores that index one mapping
+"""The executor's fast paths (fornax.sim.interpreter, fornax.sim.replay): loads and stores that index one mapping
 directly, replayed accesses laid out as n-d boxes, data-dependent accesses in a replay, and
 matrix products that skip an operand copy.  Each must give, bit for bit, the memory,
 counters and errors of the general path it stands in for."""
@@ -10,21 +10,18 @@ import pytest
 
 from fornax.sim import execute as ex
 from fornax.sim import isa
+from fornax.sim import replay as rp
 from fornax.sim.device import Device
+from fornax.sim.interpreter import Interpreter
 from fornax.sim.faults import MisalignedAddress, PageFault
 from fornax.sim.isa import (Arange, Binary, Broadcast, Const, Dot, Load, Param, Program, ProgramId, Reshape,
                             Store)
+from fornax.sim.lanes import Lanes, box_index, find_box, one_to_one
+from fornax.sim.replay import ReplayCache
 from fornax.sim.spec import load_spec
 from helpers import FAMILIES
 
 F32 = np.float32
-
-
-@pytest.fixture(autouse=True)
-def fresh_recordings():
-    ex.clear_recordings()
-    yield
-    ex.clear_recordings()
 
 
 class Buffers:
@@ -151,13 +148,14 @@ def _cases():
 CASES = _cases()
 
 
-def run_launches(make_prog, grid, make, n_out, times=4):
-    """Launch a fresh program ``times`` times on fresh buffers: per launch, the output and
-    the counters (ranges relative to the launch's pointers)."""
+def run_launches(make_prog, grid, make, n_out, cache, times=4):
+    """Launch a fresh program ``times`` times on fresh buffers with the recordings ``cache``
+    (None: the interpreter alone): per launch, the output and the counters (ranges relative
+    to the launch's pointers)."""
     prog, bufs, seen = make_prog(), Buffers(), []
     for t in range(times):
         args, want = make(bufs, t)
-        c = ex.execute(prog, grid, args, bufs.space)
+        c = ex.execute(prog, grid, args, bufs.space, cache)
         out = bufs.get(args["out"], n_out, F32)
         if want is not None:
             np.testing.assert_array_equal(out[:want.size], want)
@@ -171,13 +169,13 @@ def run_launches(make_prog, grid, make, n_out, times=4):
 @pytest.mark.parametrize("case", list(CASES))
 def test_direct_access_and_replay_match_the_general_path(case, monkeypatch):
     make_prog, grid, make, n_out = CASES[case]
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
-    direct, _ = run_launches(make_prog, grid, make, n_out)
-    monkeypatch.setattr(ex._Run, "_direct", lambda self, *a: None)     # byte addresses, gather/scatter
-    general, _ = run_launches(make_prog, grid, make, n_out)
+    direct, _ = run_launches(make_prog, grid, make, n_out, None)
+    monkeypatch.setattr(Interpreter, "_direct", lambda self, *a: None)     # byte addresses, gather/scatter
+    general, _ = run_launches(make_prog, grid, make, n_out, ReplayCache(0))
     monkeypatch.undo()
-    replayed, prog = run_launches(make_prog, grid, make, n_out)
-    assert ex.recordings(prog) == 1
+    cache = ReplayCache()
+    replayed, prog = run_launches(make_prog, grid, make, n_out, cache)
+    assert cache.recordings(prog) == 1
     assert direct == general
     assert replayed == general
 
@@ -186,11 +184,11 @@ def test_a_store_takes_a_box_only_when_it_writes_each_element_once():
     """Two lanes storing to one element stay an index store (the plain path's write order);
     a load may repeat elements, and a transposing store is a box."""
     f32, pairs = np.dtype(F32), np.repeat(np.arange(8), 2)
-    load = ex._Lanes.of("x", pairs, (1, 16), None, f32)
-    store = ex._Lanes.of("x", pairs, (1, 16), None, f32, (1, 16), store=True)
+    load = Lanes.of("x", pairs, (1, 16), None, f32)
+    store = Lanes.of("x", pairs, (1, 16), None, f32, (1, 16), store=True)
     assert load.box == ((8, 2), (4, 0)) and load.index is None
     assert store.box is None and store.index.tolist() == pairs.tolist()
-    t = ex._Lanes.of("x", np.arange(960).reshape(24, 40).T.ravel(), (4, 240), None, f32, (4, 240), store=True)
+    t = Lanes.of("x", np.arange(960).reshape(24, 40).T.ravel(), (4, 240), None, f32, (4, 240), store=True)
     assert t.box == ((40, 24), (4, 160)) and t.index is None
     assert (t.lo, t.hi, t.start, t.count) == (0, 4 * 959, 0, 960)
 
@@ -199,9 +197,10 @@ def test_a_replayed_transpose_keeps_no_index_arrays():
     """The lanes of a transpose are an n-d box: the recording holds no per-lane addresses
     (two index arrays would take 16 bytes a lane; the masks of the ragged block remain)."""
     make_prog, grid, make, n_out = CASES["transpose load"]
-    _, prog = run_launches(make_prog, grid, make, n_out, times=2)
-    assert ex.recordings(prog) == 1
-    assert ex._recorded_bytes < 4 * R * C
+    cache = ReplayCache()
+    _, prog = run_launches(make_prog, grid, make, n_out, cache, times=2)
+    assert cache.recordings(prog) == 1
+    assert cache.nbytes < 4 * R * C
 
 
 @pytest.mark.parametrize("index,shape,strides", [
@@ -213,9 +212,9 @@ def test_a_replayed_transpose_keeps_no_index_arrays():
     (np.array([3, 3, 3]), (3,), (0,)),
 ])
 def test_box_layouts_reproduce_their_index(index, shape, strides):
-    found = ex._box(index.astype(np.int64))
+    found = find_box(index.astype(np.int64))
     assert found == (shape, strides)
-    np.testing.assert_array_equal(ex._box_index(int(index[0]), *found), index)
+    np.testing.assert_array_equal(box_index(int(index[0]), *found), index)
 
 
 @pytest.mark.parametrize("index", [
@@ -226,15 +225,15 @@ def test_box_layouts_reproduce_their_index(index, shape, strides):
     np.array([0, 1, 5, 6, 10, 11, 15, 17]),                  # rows of one box but the last
 ])
 def test_what_is_not_a_box_is_not_taken_for_one(index):
-    assert ex._box(index.astype(np.int64)) is None
+    assert find_box(index.astype(np.int64)) is None
 
 
 def test_one_to_one_boxes():
-    assert ex._one_to_one((24, 40), (40, 1)) and ex._one_to_one((40, 24), (1, 40))
-    assert ex._one_to_one((4, 5), (-5, 1)) and ex._one_to_one((3, 2, 2), (1, 6, 3))
-    assert not ex._one_to_one((24, 40), (0, 1))          # a repeated row
-    assert not ex._one_to_one((4, 5), (3, 1))            # rows overlap
-    assert not ex._one_to_one((2, 3), (1, 1))
+    assert one_to_one((24, 40), (40, 1)) and one_to_one((40, 24), (1, 40))
+    assert one_to_one((4, 5), (-5, 1)) and one_to_one((3, 2, 2), (1, 6, 3))
+    assert not one_to_one((24, 40), (0, 1))          # a repeated row
+    assert not one_to_one((4, 5), (3, 1))            # rows overlap
+    assert not one_to_one((2, 3), (1, 1))
 
 
 def spanning_gather() -> Program:
@@ -256,8 +255,7 @@ def test_accesses_the_direct_path_cannot_take_behave_as_before(how, monkeypatch)
     freed buffer fault with the general path's error, address and message."""
     def session(direct: bool):
         if not direct:
-            monkeypatch.setattr(ex._Run, "_direct", lambda self, *a: None)
-        monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+            monkeypatch.setattr(Interpreter, "_direct", lambda self, *a: None)
         bufs, prog = Buffers(), spanning_gather()
         x = np.arange(16, dtype=F32)
         y = np.arange(100, 116, dtype=F32)
@@ -302,34 +300,33 @@ def dot_program(broadcast_b: bool) -> Program:
 def test_matrix_products_keep_the_numerics_of_copied_operands(broadcast_b):
     """The product is the same BLAS call on the same strides and values as when the
     executor copied both operands first: equal bit for bit, plain and replayed."""
-    prog, bufs = dot_program(broadcast_b), Buffers()
+    prog, bufs, cache = dot_program(broadcast_b), Buffers(), ReplayCache()
     for t in range(3):
         rng = np.random.default_rng(t)
         a = rng.standard_normal((4, 8)).astype(F32)
         b = rng.standard_normal(32).astype(F32)
         args = {"a": bufs.put(a), "b": bufs.put(b), "c": bufs.put(np.zeros(16, F32))}
-        c = ex.execute(prog, (1, 1, 1), args, bufs.space)
+        c = ex.execute(prog, (1, 1, 1), args, bufs.space, cache)
         bt = np.broadcast_to(b[:4], (8, 4)) if broadcast_b else b.reshape(8, 4)
         prod = np.matmul(a[None], np.array(bt)[None])        # contiguous float32 copies, as before
         want = (np.zeros((1, 4, 4), F32) + prod) + prod       # two accumulating steps in float32
         assert bufs.get(args["c"], 16, F32).tobytes() == want.tobytes()
         assert c.matrix_flops == {"float32": 2 * 2.0 * 4 * 4 * 8}
-    assert ex.recordings(prog) == 1
+    assert cache.recordings(prog) == 1
 
 
 @pytest.mark.parametrize("case", ["transpose load", "transpose store", "reverse", "pairs"])
 @pytest.mark.parametrize("damage", ["short input", "short output", "misaligned output"])
-def test_a_replayed_box_or_index_access_faults_like_a_plain_one(case, damage, monkeypatch):
+def test_a_replayed_box_or_index_access_faults_like_a_plain_one(case, damage):
     """The replay's fallback rebuilds the addresses from the recorded layout: the same
     fault, at the same address, with the same message as a plain launch."""
     make_prog, grid, make, n_out = CASES[case]
 
     def session(replay: bool):
-        if not replay:
-            monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+        cache = ReplayCache(None if replay else 0)
         prog, bufs = make_prog(), Buffers()
         for t in range(2):                       # the second launch records
-            ex.execute(prog, grid, make(bufs, t)[0], bufs.space)
+            ex.execute(prog, grid, make(bufs, t)[0], bufs.space, cache)
         args, _ = make(bufs, 2)
         if damage == "short input":
             args["x"] = bufs.put(np.zeros(R * C // 2, F32))
@@ -337,9 +334,8 @@ def test_a_replayed_box_or_index_access_faults_like_a_plain_one(case, damage, mo
             args["out"] = bufs.put(np.zeros(n_out // 3, F32))
         else:
             args["out"] += 2
-        got = _fault(lambda: ex.execute(prog, grid, args, bufs.space))
-        monkeypatch.undo()
-        return got, ex.recordings(prog)
+        got = _fault(lambda: ex.execute(prog, grid, args, bufs.space, cache))
+        return got, cache.recordings(prog)
 
     (plain, none), (replayed, held) = session(False), session(True)
     assert none == 0 and held == 1
@@ -360,7 +356,7 @@ def test_a_stack_runs_the_same_with_and_without_replay(vendor, monkeypatch):
 
     def session(replay: bool):
         if not replay:
-            monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+            monkeypatch.setattr(rp, "REPLAY_BYTES", 0)       # the devices' caches are made off
         g = Graph("mm_t")
         x, w, b = (g.input(k, v.shape, "float32") for k, v in feeds.items())
         g.output(g.op("add", g.op("transpose", g.op("matmul", x, w), perm=(1, 0)), b))
@@ -369,12 +365,13 @@ def test_a_stack_runs_the_same_with_and_without_replay(vendor, monkeypatch):
         tl = st.devices[0].timeline
         records = [(r.label, r.queue, r.start, r.end, r.reads, r.writes, r.args) for r in tl.records]
         monkeypatch.undo()
-        return outs, records, st.driver.kernel_log, tl.busy_time
+        return outs, records, st.driver.kernel_log, tl.busy_time, len(st.devices[0].replays)
 
     plain = session(False)
-    assert not ex._RECORDINGS
+    assert plain[-1] == 0
     replayed = session(True)
-    assert len(ex._RECORDINGS) >= 2              # the GEMM and the transposing add replayed
+    assert replayed[-1] >= 2                     # the GEMM and the transposing add replayed
+    plain, replayed = plain[:-1], replayed[:-1]
     want = (feeds["x"].astype(np.float64) @ feeds["w"]).T + feeds["b"]
     got = np.frombuffer(plain[0][-1], F32).reshape(80, 64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -1,4 +1,4 @@
-"""Record and replay (fornax.sim.execute): a replayed launch is indistinguishable from a
+"""Record and replay (fornax.sim.replay): a replayed launch is indistinguishable from a
 plain run -- same memory, same counters (ranges rebased on the buffers), same faults --
 and kernels whose addresses depend on loaded data are never recorded."""
 
@@ -13,21 +13,16 @@ from fornax.layers import codegen
 from fornax.layers.graph import DType, Graph
 from fornax.sim import execute as ex
 from fornax.sim import isa
+from fornax.sim import replay as rp
 from fornax.sim.device import Device
 from fornax.sim.faults import MisalignedAddress, PageFault
 from fornax.sim.isa import Arange, Binary, Const, Load, Param, Program, ProgramId, ScalarArg, Store, Unary
+from fornax.sim.replay import ReplayCache
 from fornax.sim.spec import load_spec
 from fornax.sim.timeline import Semaphore
 from fornax.stack import compose, make_config
 
 BLOCK = 128
-
-
-@pytest.fixture(autouse=True)
-def fresh_recordings():
-    ex.clear_recordings()
-    yield
-    ex.clear_recordings()
 
 
 def ragged_program() -> Program:
@@ -71,23 +66,19 @@ class Buffers:
         return np.frombuffer(self.space.read(va, n * np.dtype(dtype).itemsize), dtype).copy()
 
 
-def launches(program, grid, make_args, outputs, times=4, replay=True, monkeypatch=None):
-    """Run ``program`` ``times`` times on fresh buffers; per launch: (outputs, counters
-    with ranges made relative to the launch's pointers)."""
-    if not replay:
-        monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+def launches(program, grid, make_args, outputs, cache, times=4):
+    """Run ``program`` ``times`` times on fresh buffers with the recordings ``cache``; per
+    launch: (outputs, counters with ranges made relative to the launch's pointers)."""
     bufs, seen = Buffers(), []
     for t in range(times):
         args = make_args(bufs, t)
-        c = ex.execute(program, grid, args, bufs.space)
+        c = ex.execute(program, grid, args, bufs.space, cache)
         rel = {k: (lo - args[k], hi - args[k]) for k, (lo, hi) in c.read_ranges.items()}
         rel_w = {k: (lo - args[k], hi - args[k]) for k, (lo, hi) in c.write_ranges.items()}
         outs = [bufs.get(args[name], n, dt) for name, n, dt in outputs]
         seen.append((outs, (c.instances, list(c.matrix_flops.items()), list(c.vector_flops.items()),
                             c.bytes_read, c.bytes_written, c.instructions, list(rel.items()),
                             list(rel_w.items()))))
-    if not replay:
-        monkeypatch.setattr(ex, "REPLAY_BYTES", 64 << 20)
     return seen
 
 
@@ -129,19 +120,21 @@ def reduce_case():
 
 
 @pytest.mark.parametrize("case", [ragged_case, gemm_case, reduce_case], ids=["ragged", "gemm", "store_reduce"])
-def test_replayed_launches_match_plain_runs_bit_for_bit(case, monkeypatch):
+def test_replayed_launches_match_plain_runs_bit_for_bit(case):
     prog, grid, make, outputs = case()
-    plain = launches(prog, grid, make, outputs, replay=False, monkeypatch=monkeypatch)
-    assert ex.recordings(prog) == 0
+    off, on = ReplayCache(0), ReplayCache()
+    plain = launches(prog, grid, make, outputs, off)
+    assert off.recordings(prog) == 0 and len(off) == 0
     prog2, *_ = case()                               # a fresh program object: nothing recorded yet
-    replayed = launches(prog2, grid, make, outputs)
-    assert ex.recordings(prog2) == 1                 # recorded at the second launch, replayed after
+    replayed = launches(prog2, grid, make, outputs, on)
+    assert on.recordings(prog2) == 1                 # recorded at the second launch, replayed after
     assert_same(plain, replayed)
+    assert_same(plain, launches(prog, grid, make, outputs, None))     # the interpreter itself
 
 
 def test_the_reference_numbers_hold_on_replay():
     prog, grid, make, outputs = ragged_case(1000)
-    for (outs, counts), t in zip(launches(prog, grid, make, outputs), range(4)):
+    for (outs, counts), t in zip(launches(prog, grid, make, outputs, ReplayCache()), range(4)):
         rng = np.random.default_rng(t)
         x, y = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
         np.testing.assert_array_equal(outs[0][:1000], x * x + np.maximum(y, 0))
@@ -150,24 +143,23 @@ def test_the_reference_numbers_hold_on_replay():
 
 
 def test_a_new_scalar_value_gets_its_own_recording():
-    prog = ragged_program()
+    prog, cache = ragged_program(), ReplayCache()
     bufs = Buffers()
     for n in (1000, 1000, 1000, 700, 700, 700):
         x = np.arange(1024, dtype=np.float32)
         args = {"x": bufs.put(x), "y": bufs.put(-x), "out": bufs.put(np.zeros(1024, np.float32)), "n": n}
-        c = ex.execute(prog, (8, 1, 1), args, bufs.space)
+        c = ex.execute(prog, (8, 1, 1), args, bufs.space, cache)
         out = bufs.get(args["out"], 1024, np.float32)
         np.testing.assert_array_equal(out[:n], x[:n] * x[:n])
         np.testing.assert_array_equal(out[n:], 0.0)
         assert c.bytes_written == 4 * n
-    assert ex.recordings(prog) == 2
+    assert cache.recordings(prog) == 2
 
 
-def gather_launches(monkeypatch, replay: bool, bad_at: int | None = None):
+def gather_launches(replay: bool, bad_at: int | None = None):
     """gather_program on fresh data each launch: the indices (and so the range of x read)
     change every time; ``bad_at``: that launch's last index runs past x (a page fault)."""
-    if not replay:
-        monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+    cache = ReplayCache(None if replay else 0)
     prog, bufs, seen = gather_program(), Buffers(), []
     for t in range(5):
         idx = np.random.default_rng(t).integers(t, 10 + 3 * t, 16).astype(np.int64)
@@ -176,52 +168,60 @@ def gather_launches(monkeypatch, replay: bool, bad_at: int | None = None):
         x = np.arange(32, dtype=np.float32) * 10
         args = {"idx": bufs.put(idx), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
         if t == bad_at:
-            seen.append(_fault(lambda: ex.execute(prog, (1, 1, 1), args, bufs.space)))
+            seen.append(_fault(lambda: ex.execute(prog, (1, 1, 1), args, bufs.space, cache)))
             continue
-        c = ex.execute(prog, (1, 1, 1), args, bufs.space)
+        c = ex.execute(prog, (1, 1, 1), args, bufs.space, cache)
         out = bufs.get(args["out"], 16, np.float32)
         np.testing.assert_array_equal(out, x[idx])
         assert c.read_ranges["x"] == (args["x"] + 4 * int(idx.min()), args["x"] + 4 * int(idx.max()) + 4)
         seen.append((out.tobytes(), [(k, lo - args[k], hi - args[k]) for k, (lo, hi) in c.read_ranges.items()],
                      [(k, lo - args[k], hi - args[k]) for k, (lo, hi) in c.write_ranges.items()],
                      c.bytes_read, c.bytes_written, c.instructions, list(c.vector_flops.items())))
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 64 << 20)
-    return seen, ex.recordings(prog)
+    return seen, cache.recordings(prog)
 
 
 @pytest.mark.parametrize("bad_at", [None, 3])
-def test_data_dependent_addresses_replay_with_their_range_counted_live(bad_at, monkeypatch):
+def test_data_dependent_addresses_replay_with_their_range_counted_live(bad_at):
     """A load at offsets read from memory replays the general way: its values, the range it
     read and any fault follow each launch's data exactly as in a plain run."""
-    (plain, none), (replayed, held) = (gather_launches(monkeypatch, r, bad_at) for r in (False, True))
+    (plain, none), (replayed, held) = (gather_launches(r, bad_at) for r in (False, True))
     assert none == 0 and held == 1
     assert replayed == plain
     if bad_at is None:
         assert len({entry[1][1] for entry in plain}) == len(plain)    # a different range every launch
 
 
-def test_data_dependent_masks_and_reduction_targets_are_never_recorded():
-    """What a masked access or a store_reduce counts depends on the data there: not replayable."""
-    masked = isa.verify(Program("masked_by_data", (Param("m", "ptr", "int64"), Param("x", "ptr", "float32"),
-                                                    Param("out", "ptr", "float32")), (
+def masked_by_data_program() -> Program:
+    """out[i] = x[i] where m[i] > 0: the mask comes from memory."""
+    return isa.verify(Program("masked_by_data", (Param("m", "ptr", "int64"), Param("x", "ptr", "float32"),
+                                                  Param("out", "ptr", "float32")), (
         Arange("%i", 16), Load("%m", "m", "%i"), Const("%z", 0, "int64"), Binary("%on", "gt", "%m", "%z"),
         Load("%v", "x", "%i", "%on"), Store("out", "%i", "%v", "%on"))))
-    scatter_add = isa.verify(Program("scatter_add", (Param("m", "ptr", "int64"), Param("x", "ptr", "float32"),
-                                                     Param("out", "ptr", "float32")), (
+
+
+def scatter_add_program() -> Program:
+    """out[m[i]] += x[i]: the store_reduce targets come from memory."""
+    return isa.verify(Program("scatter_add", (Param("m", "ptr", "int64"), Param("x", "ptr", "float32"),
+                                              Param("out", "ptr", "float32")), (
         Arange("%i", 16), Load("%m", "m", "%i"), Load("%v", "x", "%i"), isa.StoreReduce("out", "%m", "%v"))))
-    bufs = Buffers()
+
+
+def test_data_dependent_masks_and_reduction_targets_are_never_recorded():
+    """What a masked access or a store_reduce counts depends on the data there: not replayable."""
+    masked, scatter_add = masked_by_data_program(), scatter_add_program()
+    bufs, cache = Buffers(), ReplayCache()
     for t in range(4):
         m = np.random.default_rng(t).integers(0, 4, 16).astype(np.int64)
         x = np.arange(16, dtype=np.float32)
         a = {"m": bufs.put(m), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
-        c = ex.execute(masked, (1, 1, 1), a, bufs.space)
+        c = ex.execute(masked, (1, 1, 1), a, bufs.space, cache)
         np.testing.assert_array_equal(bufs.get(a["out"], 16, np.float32), np.where(m > 0, x, 0))
         assert c.bytes_written == 4 * int((m > 0).sum())
         b = {"m": bufs.put(m), "x": bufs.put(x), "out": bufs.put(np.zeros(16, np.float32))}
-        ex.execute(scatter_add, (1, 1, 1), b, bufs.space)
+        ex.execute(scatter_add, (1, 1, 1), b, bufs.space, cache)
         np.testing.assert_array_equal(bufs.get(b["out"], 16, np.float32),
                                       np.bincount(m, weights=x, minlength=16).astype(np.float32))
-    assert ex.recordings(masked) == 0 and ex.recordings(scatter_add) == 0
+    assert cache.recordings(masked) == 0 and cache.recordings(scatter_add) == 0 and len(cache) == 0
 
 
 def _fault(fn):
@@ -231,14 +231,13 @@ def _fault(fn):
 
 
 @pytest.mark.parametrize("damage", ["freed", "short", "misaligned"])
-def test_a_replayed_launch_faults_exactly_like_a_plain_one(damage, monkeypatch):
+def test_a_replayed_launch_faults_exactly_like_a_plain_one(damage):
     def run(replay: bool):
-        if not replay:
-            monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+        cache = ReplayCache(None if replay else 0)
         prog, grid, make, _ = ragged_case(1000)
         bufs = Buffers()
         for t in range(3):                     # the second launch records
-            ex.execute(prog, grid, make(bufs, t), bufs.space)
+            ex.execute(prog, grid, make(bufs, t), bufs.space, cache)
         args = make(bufs, 3)
         if damage == "freed":
             bufs.space.unmap(args["out"])
@@ -246,50 +245,70 @@ def test_a_replayed_launch_faults_exactly_like_a_plain_one(damage, monkeypatch):
             args["y"] = bufs.put(np.zeros(500, np.float32))
         else:
             args["x"] += 2
-        out = _fault(lambda: ex.execute(prog, grid, args, bufs.space))
-        monkeypatch.setattr(ex, "REPLAY_BYTES", 64 << 20)
-        return out, ex.recordings(prog)
+        out = _fault(lambda: ex.execute(prog, grid, args, bufs.space, cache))
+        return out, cache.recordings(prog)
 
     (plain, none), (replayed, held) = run(False), run(True)
     assert none == 0 and held == 1
     assert replayed == plain                  # same type, address and message (fresh devices)
 
 
-def test_recordings_stay_within_their_byte_budget(monkeypatch):
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 40_000)        # room for some of 12 recordings
+def test_recordings_stay_within_their_byte_budget():
+    cache = ReplayCache(40_000)                           # room for some of 12 recordings
     progs = [ragged_program() for _ in range(12)]
     _, grid, make, _ = ragged_case(1000)
     bufs = Buffers()
     for prog in progs:
         for t in range(2):
-            ex.execute(prog, grid, make(bufs, t), bufs.space)
-    assert 0 < ex._recorded_bytes <= 40_000
-    held = [ex.recordings(p) for p in progs]
+            ex.execute(prog, grid, make(bufs, t), bufs.space, cache)
+    assert 0 < cache.nbytes <= 40_000
+    held = [cache.recordings(p) for p in progs]
     assert 0 < sum(held) < len(progs) and held[-1] == 1      # the least recently used went first
     # an evicted program still runs correctly
     args = make(bufs, 9)
-    ex.execute(progs[0], grid, args, bufs.space)
+    ex.execute(progs[0], grid, args, bufs.space, cache)
     rng = np.random.default_rng(9)
     x, y = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
     np.testing.assert_array_equal(bufs.get(args["out"], 1000, np.float32), x * x + np.maximum(y, 0))
 
 
-def test_a_kernel_too_large_to_record_runs_plainly(monkeypatch):
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 8 * 4096)       # one recording may hold 4 KiB
+def test_a_kernel_too_large_to_record_runs_plainly():
     prog, grid, make, outputs = gemm_case()
-    plain = launches(prog, grid, make, outputs, replay=False, monkeypatch=monkeypatch)
-    monkeypatch.setattr(ex, "REPLAY_BYTES", 8 * 4096)
+    plain = launches(prog, grid, make, outputs, ReplayCache(0))
+    small = ReplayCache(8 * 4096)                         # one recording may hold 4 KiB
     prog2, *_ = gemm_case()
-    assert_same(plain, launches(prog2, grid, make, outputs))
-    assert ex.recordings(prog2) == 0
+    assert_same(plain, launches(prog2, grid, make, outputs, small))
+    assert small.recordings(prog2) == 0 and len(small) == 0
+
+
+def test_a_cache_forgets_a_program_that_is_gone_and_can_be_cleared():
+    """Recordings are the owner's: they go with their program, or all at once with clear()."""
+    import gc
+
+    cache = ReplayCache()
+    _, grid, make, outputs = ragged_case(300)
+    keep, drop = ragged_program(), ragged_program()
+    launches(keep, grid, make, outputs, cache, times=2)
+    launches(drop, grid, make, outputs, cache, times=2)
+    assert len(cache) == 2 and cache.recordings(keep) == cache.recordings(drop) == 1
+    held = cache.nbytes
+    del drop
+    gc.collect()
+    assert len(cache) == 1 and 0 < cache.nbytes < held and cache.recordings(keep) == 1
+    cache.clear()
+    assert len(cache) == 0 and cache.nbytes == 0 and cache.recordings(keep) == 0
+    launches(keep, grid, make, outputs, cache, times=1)      # a first launch again: not recorded
+    assert cache.recordings(keep) == 0
 
 
 def test_a_stack_with_replay_matches_one_without(monkeypatch):
     """Through all the seams: the timeline, race reports and kernel log are the same."""
     def session(replay: bool):
         if not replay:
-            monkeypatch.setattr(ex, "REPLAY_BYTES", 0)
+            monkeypatch.setattr(rp, "REPLAY_BYTES", 0)       # the devices' caches are made off
         st = compose(make_config("cuda-like", spec="tiny"))
+        monkeypatch.undo()
+        assert all((d.replays.limit > 0) == replay for d in st.devices)
         fw, rt = st.framework, st.runtime
         g = Graph("add")
         a, b = g.input("a", (64, 64), "float32"), g.input("b", (64, 64), "float32")
@@ -307,7 +326,7 @@ def test_a_stack_with_replay_matches_one_without(monkeypatch):
         out = np.empty((64, 64), np.float32)
         rt.memcpy_d2h(out, p[0])
         rt.synchronize()
-        monkeypatch.setattr(ex, "REPLAY_BYTES", 64 << 20)
+        assert (len(st.devices[0].replays) > 0) == replay
         tl = st.devices[0].timeline
         records = [(r.label, r.queue, r.start, r.end, r.reads, r.writes, r.args, r.clock) for r in tl.records]
         return out, records, [r.to_dict() for r in tl.races], st.driver.kernel_log, tl.busy_time
