@@ -46,6 +46,7 @@ from .layers.graph import Graph
 from .layers.translate import TranslatingCompiler, Translator, find_path, translation_paths
 from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
+from .sim.replay import ReplayCache
 from .sim.faults import SpecError
 from .sim import tomlfile
 from .sim.spec import ChipSpec, load_spec
@@ -308,7 +309,8 @@ def compose(config: StackConfig) -> Stack:
     except SpecError as exc:
         raise ConfigError(str(exc)) from None
     vendors = {seam: get_vendor(config.seams[seam]) for seam in SEAMS}
-    devices = [Device(spec, i, meta=config.meta) for i in range(config.devices)]
+    replays = ReplayCache()                  # one bounded recording cache for the stack's devices
+    devices = [Device(spec, i, meta=config.meta, replays=replays) for i in range(config.devices)]
     try:
         topology = Topology.build(spec, config.devices, config.topology)
     except ValueError as exc:

@@ -18,7 +18,8 @@ from .topology import Topology
 
 
 class Device:
-    def __init__(self, spec: ChipSpec, index: int = 0, meta: bool = False):
+    def __init__(self, spec: ChipSpec, index: int = 0, meta: bool = False,
+                 replays: ReplayCache | None = None):
         self.spec = spec
         self.index = index
         #: shape-only mode: memory is accounted but never backed, copies move no bytes,
@@ -37,8 +38,10 @@ class Device:
         self.lost: DeviceLost | None = None          # set when the device is lost, until reset
         self.ecc_corrected = 0
         self.resets = 0
-        #: this device's record/replay recordings of the kernels it runs (``fornax.sim.replay``)
-        self.replays = ReplayCache()
+        #: the record/replay recordings of the kernels this device runs (``fornax.sim.replay``);
+        #: the devices of one composed stack share one cache, so its memory bound holds for the
+        #: whole stack however many devices it simulates
+        self.replays = replays if replays is not None else ReplayCache()
 
     @property
     def races(self) -> list[Race]:
