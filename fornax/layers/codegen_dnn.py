@@ -28,7 +28,7 @@ Every kernel carries a cost estimate (``meta["estimate"]``) so a shape-only
 device prices it without running it.  The estimate holds what the executor
 counts, exactly: instances, matrix and vector FLOPs per dtype (index arithmetic
 included; these follow from tile shapes and trip counts alone, see
-:func:`~fornax.layers.codegen.static_counters`), and bytes read and written and
+:func:`~fornax.layers.kernel_estimate.static_counters`), and bytes read and written and
 each buffer's footprint, which depend on the masks and so are counted here from
 the geometry (padding, stride and dilation taps of convolution and pooling,
 ragged edge tiles, the ``store_reduce`` flush that reads and writes each
@@ -47,7 +47,8 @@ import math
 import numpy as np
 
 from ..sim import isa
-from .codegen import POINTWISE_REGISTERS, KernelBuilder, next_pow2, static_counters
+from .kernel_builder import POINTWISE_REGISTERS, KernelBuilder, next_pow2
+from .kernel_estimate import static_counters
 
 NEG_BIG = -1.0e30          # "minus infinity" of masked scores; exp(NEG_BIG - m) is exactly 0
 

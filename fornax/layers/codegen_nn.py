@@ -1,5 +1,9 @@
 """Kernel generators for the indexed ops of :mod:`fornax.layers.nn_ops`.
 
+They build on the kernel builder (:mod:`fornax.layers.kernel_builder`) and the
+emitter (:mod:`fornax.layers.emitter`); :mod:`fornax.layers.codegen` hands
+``EMITTERS`` to every emitter it opens.
+
 * ``EMITTERS``: ops whose kernel computes its own load offsets (gather,
   index_select, scatter, im2col, counter-based RNG).  Each opens a pointwise kernel
   over its output (the compiler's ``indexed`` op kind); the Emitter calls
@@ -16,9 +20,10 @@ from __future__ import annotations
 import math
 
 from ..sim import isa
-from .codegen import Emitter, KernelBuilder, _offsets, strides
 from .errors import CompileError
+from .emitter import Emitter, IndexedEmitter
 from .graph import Node, Value
+from .kernel_builder import KernelBuilder, offsets, strides
 from .nn_ops import MASK32, THREEFRY_PARITY, THREEFRY_ROTATIONS, _im2col_geometry
 
 
@@ -55,13 +60,13 @@ def emit_gather(em: Emitter, node: Node) -> str:
     axis = node.attrs.get("axis", 0) % len(x.shape)
     index = _out_index(em, node)
     if node.op == "gather":
-        ioffs = _offsets(kb, idx.shape, idx.shape, index)
+        ioffs = offsets(kb, idx.shape, idx.shape, index)
     else:                                                       # index_select: a 1-D index
         ioffs = index[axis] if idx.shape[0] > 1 else kb.const(0, "int64")
     iv = _clamped(kb, _i64(kb, kb.emit(isa.Load(kb.reg(), pi, ioffs, em.mask))), x.shape[axis])
     src = list(index)
     src[axis] = iv
-    return kb.emit(isa.Load(kb.reg(), px, _offsets(kb, x.shape, x.shape, src), em.mask))
+    return kb.emit(isa.Load(kb.reg(), px, offsets(kb, x.shape, x.shape, src), em.mask))
 
 
 def emit_im2col(em: Emitter, node: Node) -> str:
@@ -130,7 +135,7 @@ def emit_random(em: Emitter, node: Node) -> str:
     m = kb.const(MASK32, "int64")
     k0 = kb.binary("bitand", kb.emit(isa.Load(kb.reg(), pk, kb.const(0, "int64"))), m)
     k1 = kb.binary("bitand", kb.emit(isa.Load(kb.reg(), pk, kb.const(1, "int64"))), m)
-    counter = _offsets(kb, out.shape, out.shape, _out_index(em, node))
+    counter = offsets(kb, out.shape, out.shape, _out_index(em, node))
     counter = kb.binary("add", counter, kb.const(int(node.attrs.get("offset", 0)), "int64"))
     c0 = kb.binary("shr", counter, kb.const(32, "int64"))
     c1 = kb.binary("bitand", counter, m)
@@ -164,7 +169,7 @@ def emit_scatter(em: Emitter, node: Node) -> str:
     px, pi, pu = (_operand(em, v, node) for v in (x, idx, upd))
     axis = node.attrs.get("axis", 0) % len(x.shape)
     index = _out_index(em, node)
-    acc = kb.emit(isa.Load(kb.reg(), px, _offsets(kb, x.shape, x.shape, index), em.mask))
+    acc = kb.emit(isa.Load(kb.reg(), px, offsets(kb, x.shape, x.shape, index), em.mask))
     inner = None                            # the update tile is smaller than the input in this dim
     for d in range(len(x.shape)):
         if d != axis and upd.shape[d] < x.shape[d]:
@@ -174,7 +179,7 @@ def emit_scatter(em: Emitter, node: Node) -> str:
     start = len(kb.body)
     src = list(index)
     src[axis] = var
-    uoff = _offsets(kb, upd.shape, upd.shape, src)
+    uoff = offsets(kb, upd.shape, upd.shape, src)
     if inner is not None:
         uoff = kb.emit(isa.Where(kb.reg(), inner, uoff, zero))
     iv = _i64(kb, kb.emit(isa.Load(kb.reg(), pi, uoff, em.mask)))
@@ -191,7 +196,7 @@ def emit_scatter(em: Emitter, node: Node) -> str:
     return acc
 
 
-EMITTERS = {"gather": emit_gather, "index_select": emit_gather, "im2col": emit_im2col,
+EMITTERS: dict[str, IndexedEmitter] = {"gather": emit_gather, "index_select": emit_gather, "im2col": emit_im2col,
             "scatter": emit_scatter,
             "random_bits": emit_random, "random_uniform": emit_random, "random_normal": emit_random}
 
