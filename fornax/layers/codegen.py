@@ -28,26 +28,32 @@ handed (:mod:`fornax.layers.codegen_nn`) and the static cost estimates
 from __future__ import annotations
 
 import math
+from typing import overload
 
 from ..sim import isa
+from .errors import CompileError
 from .codegen_nn import EMITTERS
 from .emitter import (BOOL_BITWISE, ELEMENTWISE, IDENTITY, LAYOUT, REDUCTIONS, Emitter,
                       IndexedEmitter, gelu, identity)
 from .graph import DType, Node, Value
-from .kernel_builder import POINTWISE_REGISTERS, KernelBuilder, Operand, next_pow2, offsets, strides
-from .kernel_estimate import attach_estimate, footprint, pointwise_estimate, static_counters
+from .kernel_builder import (POINTWISE_REGISTERS, Grid, KernelBuilder, Operand, next_pow2, offsets,
+                             strides)
+from .kernel_estimate import Estimate, attach_estimate, footprint, pointwise_estimate, static_counters
 
 #: the private name blas.py has imported GELU by (kept so its import keeps working)
 _gelu = gelu
 
 __all__ = ["BOOL_BITWISE", "ELEMENTWISE", "EMITTERS", "IDENTITY", "LAYOUT", "POINTWISE_REGISTERS",
-           "REDUCTIONS", "Emitter", "IndexedEmitter", "KernelBuilder", "Operand", "gelu",
+           "REDUCTIONS", "Emitter", "Grid", "IndexedEmitter", "KernelBuilder", "Operand", "gelu",
            "gemm_kernel", "identity", "next_pow2", "offsets", "pointwise_estimate",
            "pointwise_kernel", "reduction_kernel", "static_counters", "strides"]
 
 
-def _bind(kb: KernelBuilder, inputs: list[Value], outputs: list[Value]) -> tuple[dict, dict]:
-    ins, outs = {}, {}
+def _bind(kb: KernelBuilder, inputs: list[Value],
+          outputs: list[Value]) -> tuple[dict[int, Operand], dict[int, Operand]]:
+    """Declare the ``in<i>`` and ``out<i>`` buffer parameters, keyed by ``id`` of their value."""
+    ins: dict[int, Operand] = {}
+    outs: dict[int, Operand] = {}
     for i, v in enumerate(inputs):
         ins[id(v)] = Operand(kb.param(f"in{i}", "ptr", v.dtype.value), v)
     for i, v in enumerate(outputs):
@@ -56,6 +62,7 @@ def _bind(kb: KernelBuilder, inputs: list[Value], outputs: list[Value]) -> tuple
 
 
 def _flat_index(kb: KernelBuilder, flat: str, space: tuple[int, ...]) -> list[str]:
+    """The multi-index over ``space`` of the row-major flat index ``flat``."""
     index = []
     for d, (size, st) in enumerate(zip(space, strides(space))):
         q = flat if st == 1 else kb.binary("floordiv", flat, kb.const(st, "int64"))
@@ -64,7 +71,7 @@ def _flat_index(kb: KernelBuilder, flat: str, space: tuple[int, ...]) -> list[st
 
 
 def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs: list[Value],
-                     space: tuple[int, ...], block: int, group_size: int):
+                     space: tuple[int, ...], block: int, group_size: int) -> tuple[isa.Program, Grid]:
     """A fused elementwise kernel; returns (program, grid)."""
     kb = KernelBuilder(name)
     ins, outs = _bind(kb, inputs, outputs)
@@ -77,14 +84,15 @@ def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
         em.node(node)
     for v in outputs:
         em.store(v, outs[id(v)].param, mask)
-    grid = (math.ceil(n / block), 1, 1)
+    grid: Grid = (math.ceil(n / block), 1, 1)
     program = kb.program(group_size=group_size, kind="pointwise", block=block,
                          registers=POINTWISE_REGISTERS, shared_memory=0)
     return attach_estimate(program, pointwise_estimate(program, grid, mask, n, ins, outs, em.active)), grid
 
 
 def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs: list[Value],
-                     space: tuple[int, ...], axis: int, group_size: int):
+                     space: tuple[int, ...], axis: int,
+                     group_size: int) -> tuple[isa.Program, Grid]:
     """A fused kernel reducing along ``axis`` of ``space``: one instance per row."""
     kb = KernelBuilder(name)
     ins, outs = _bind(kb, inputs, outputs)
@@ -102,8 +110,6 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     em.mask_dims = (axis,)
     for node in nodes:
         em.node(node, reduce_axis_tile=-1)
-    reduced_index = list(index)
-    reduced_index[axis] = None
     for v in outputs:
         full = len(v.shape) == len(space) and v.shape[axis] == length
         if full:
@@ -115,7 +121,7 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
             kb.emit(isa.Store(outs[id(v)].param, offs, em.value(v), None))
     program = kb.program(group_size=group_size, kind="reduction", width=width,
                          registers=POINTWISE_REGISTERS, shared_memory=group_size * 8)  # partials
-    grid = (rows, 1, 1)
+    grid: Grid = (rows, 1, 1)
     # the row mask, and the masks of masked loads (slice, pad, concat) inside the row
     active = {mask: rows * length} if mask is not None else {}
     est = static_counters(program, grid, {**active, **em.active})
@@ -125,11 +131,27 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     return attach_estimate(program, est), grid
 
 
+@overload
+def gemm_kernel(name: str, dtype: DType, m: int, n: int, k: int, batch: int,
+                b_batched: bool, tile: tuple[int, int, int], group_size: int,
+                epilogue: list[Node] | None = None, product: Value | None = None,
+                extra_inputs: list[Value] | None = None, outputs: list[Value] | None = None,
+                trans_a: bool = False, trans_b: bool = False) -> tuple[isa.Program, Grid]: ...
+
+
+@overload
+def gemm_kernel(name: str, dtype: DType, m: str, n: str, k: str, batch: int,
+                b_batched: bool, tile: tuple[int, int, int], group_size: int,
+                epilogue: list[Node] | None = None, product: Value | None = None,
+                extra_inputs: list[Value] | None = None, outputs: list[Value] | None = None,
+                trans_a: bool = False, trans_b: bool = False) -> tuple[isa.Program, None]: ...
+
+
 def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | str, batch: int,
                 b_batched: bool, tile: tuple[int, int, int], group_size: int,
                 epilogue: list[Node] | None = None, product: Value | None = None,
                 extra_inputs: list[Value] | None = None, outputs: list[Value] | None = None,
-                trans_a: bool = False, trans_b: bool = False):
+                trans_a: bool = False, trans_b: bool = False) -> tuple[isa.Program, Grid | None]:
     """Tiled GEMM ``C[b] = op(A[b]) @ op(B[b])`` with an optional fused elementwise epilogue.
 
     ``trans_a`` / ``trans_b``: the operand is stored transposed (A as k x m, B as
@@ -138,12 +160,14 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
 
     ``m``, ``n``, ``k`` are either sizes baked into the kernel (a compiler's
     specialised kernel) or the names of scalar parameters (a library's
-    shape-generic kernel, launched for any size).  Parameters are ``a``,
-    ``b``, then the epilogue's extra inputs ``in0..``, then ``c`` (or the
-    epilogue outputs ``out0..``), then the size scalars.
+    shape-generic kernel, launched for any size; its grid, returned as None,
+    comes from the launch).  Parameters are ``a``, ``b``, then the epilogue's
+    extra inputs ``in0..``, then ``c`` (or the epilogue outputs ``out0..``),
+    then the size scalars.  An epilogue needs baked-in sizes, ``product`` (the
+    GEMM's value in the graph) and ``outputs``.
     """
     bm, bn, bk = tile
-    if isinstance(m, int):
+    if isinstance(m, int) and isinstance(n, int) and isinstance(k, int):
         bm, bn, bk = min(bm, next_pow2(m)), min(bn, next_pow2(n)), min(bk, next_pow2(k))
     kb = KernelBuilder(name)
     dt = dtype.value
@@ -152,33 +176,38 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
     epilogue = epilogue or []
     extra = extra_inputs or []
     ins = {id(v): Operand(kb.param(f"in{i}", "ptr", v.dtype.value), v) for i, v in enumerate(extra)}
+    outs: dict[int, Operand] = {}
     if epilogue:
         outs = {id(v): Operand(kb.param(f"out{i}", "ptr", v.dtype.value), v)
-                for i, v in enumerate(outputs)}
-    else:
-        pc = kb.param("c", "ptr", dt)
+                for i, v in enumerate(outputs or [])}
+    pc = None if epilogue else kb.param("c", "ptr", dt)
 
-    def dim(x):
+    def dim(x: int | str) -> str:
+        """The register of size ``x``: a constant, or the scalar parameter named ``x``."""
         if isinstance(x, int):
-            return x, kb.const(x, "int64")
+            return kb.const(x, "int64")
         kb.param(x, "scalar", "int64")
-        return x, kb.emit(isa.ScalarArg(kb.reg(), x))
+        return kb.emit(isa.ScalarArg(kb.reg(), x))
 
-    def scale(reg, x, x_reg):
-        return kb.imul(reg, x) if isinstance(x, int) else kb.binary("mul", reg, x_reg)
+    def scale(reg: str, x: int | str, x_reg: str | None = None) -> str:
+        """``reg * x``: by a baked-in size, or by the register of a generic one (``x_reg``,
+        or ``x`` itself when ``x`` is a register)."""
+        if isinstance(x, int):
+            return kb.imul(reg, x)
+        return kb.binary("mul", reg, x if x_reg is None else x_reg)
 
-    (m, m_r), (n, n_r), (k, k_r) = dim(m), dim(n), dim(k)
-    mk = m * k if isinstance(m, int) else kb.binary("mul", m_r, k_r)
-    kn = k * n if isinstance(k, int) else kb.binary("mul", k_r, n_r)
-    mn = m * n if isinstance(m, int) else kb.binary("mul", m_r, n_r)
+    m_r, n_r, k_r = dim(m), dim(n), dim(k)
+    mk = m * k if isinstance(m, int) and isinstance(k, int) else kb.binary("mul", m_r, k_r)
+    kn = k * n if isinstance(k, int) and isinstance(n, int) else kb.binary("mul", k_r, n_r)
+    mn = m * n if isinstance(m, int) and isinstance(n, int) else kb.binary("mul", m_r, n_r)
 
     pid_n, pid_m, pid_b = kb.pid(0), kb.pid(1), kb.pid(2)
     rm = kb.emit(isa.Reshape(kb.reg(), kb.iadd(kb.imul(pid_m, bm), kb.arange(bm)), (bm, 1)))
     rn = kb.emit(isa.Reshape(kb.reg(), kb.iadd(kb.imul(pid_n, bn), kb.arange(bn)), (1, bn)))
     rk_row = kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (1, bk)))
     rk_col = kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (bk, 1)))
-    a_base = scale(pid_b, mk, mk)
-    b_base = scale(pid_b, kn, kn) if b_batched else None
+    a_base = scale(pid_b, mk)
+    b_base = scale(pid_b, kn) if b_batched else None
     mask_m = kb.binary("lt", rm, m_r)
     mask_n = kb.binary("lt", rn, n_r)
     acc = kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, acc_dt), (bm, bn)))
@@ -207,11 +236,14 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
     kb.emit(isa.Loop(kvar, 0, k if isinstance(k, int) else k_r, bk, body))
     result = kb.emit(isa.Convert(kb.reg(), acc, dt))
     out_mask = kb.binary("and", mask_m, mask_n)
-    if not epilogue:
-        c_off = kb.iadd(scale(pid_b, mn, mn), kb.binary("add", scale(rm, n, n_r), rn))
+    if pc is not None:
+        c_off = kb.iadd(scale(pid_b, mn), kb.binary("add", scale(rm, n, n_r), rn))
         kb.emit(isa.Store(pc, c_off, result, out_mask))
     else:
-        space = (batch, m, n) if len(product.shape) == 3 else (m, n)
+        if product is None or outputs is None or not isinstance(m, int) or not isinstance(n, int):
+            raise CompileError(f"kernel {name}: a fused GEMM epilogue needs baked-in sizes, the "
+                               "product value and the outputs", seam="compiler")
+        space: tuple[int, ...] = (batch, m, n) if len(product.shape) == 3 else (m, n)
         index = ([pid_b] if len(space) == 3 else []) + [rm, rn]
         em = Emitter(kb, space, index, out_mask, ins, EMITTERS)
         em.regs[id(product)] = result
@@ -225,12 +257,12 @@ def gemm_kernel(name: str, dtype: DType, m: int | str, n: int | str, k: int | st
     meta = dict(group_size=group_size, kind="gemm", tile=[bm, bn, bk],
                 shared_memory=(bm * bk + bk * bn) * dtype.itemsize,
                 registers=-(-bm * bn * acc_words // group_size) + POINTWISE_REGISTERS)
-    if not isinstance(m, int):
+    if not (isinstance(m, int) and isinstance(n, int) and isinstance(k, int)):
         # shape-generic: the device evaluates the estimate from the launch's sizes and grid
-        est = {"kind": "gemm", "m": m, "n": n, "k": k, "batch": "grid", "dtype": dt,
+        est: Estimate = {"kind": "gemm", "m": m, "n": n, "k": k, "batch": "grid", "dtype": dt,
                "tile": [bm, bn, bk], "b_batched": b_batched}
         return attach_estimate(kb.program(**meta), est), None
-    grid = (math.ceil(n / bn), math.ceil(m / bm), batch)
+    grid: Grid = (math.ceil(n / bn), math.ceil(m / bm), batch)
     item = dtype.itemsize
     est = {"kind": "gemm", "m": m, "n": n, "k": k, "batch": batch, "dtype": dt,
            "tile": [bm, bn, bk], "b_batched": b_batched,

@@ -84,7 +84,7 @@ IndexedEmitter = Callable[["Emitter", Node], str]
 class Emitter:
     """Lowers fused graph nodes into a kernel over an iteration space."""
 
-    def __init__(self, kb: KernelBuilder, space: tuple[int, ...], index: Sequence[str | None],
+    def __init__(self, kb: KernelBuilder, space: tuple[int, ...], index: Sequence[str],
                  mask: str | None, inputs: Mapping[int, Operand],
                  indexed: Mapping[str, IndexedEmitter] | None = None):
         self.kb = kb
@@ -212,7 +212,7 @@ class Emitter:
         self.active[m] = lanes
         return m
 
-    def masked_layout(self, node: Node, out_index: Sequence[str | None]) -> str:
+    def masked_layout(self, node: Node, out_index: Sequence[str]) -> str:
         """slice, pad and concat: loads through a remapped index, masked where no source exists."""
         kb, out = self.kb, node.outputs[0]
         src = node.inputs[0]

@@ -27,6 +27,8 @@ from .graph import Value
 #: 32-bit registers per lane a generated kernel declares for addressing
 POINTWISE_REGISTERS = 32
 
+#: a launch grid: program instances along axes 0, 1 and 2
+Grid = tuple[int, int, int]
 #: a tile-ISA instruction that writes a destination register (``dst``)
 Defining = Union[isa.ProgramId, isa.Arange, isa.Const, isa.ScalarArg, isa.Unary, isa.Binary,
                  isa.Where, isa.Convert, isa.Reshape, isa.Broadcast, isa.Reduce, isa.Load, isa.Dot]

@@ -49,6 +49,7 @@ def static_counters(program: isa.Program, grid: tuple[int, int, int],
     n = grid[0] * grid[1] * grid[2]
     params = {p.name: p for p in program.params}
     regs: dict[str, _Reg] = {}
+    scalars: dict[str, str] = {}           # register -> the scalar parameter it reads
     tables: dict[str, dict[str, float]] = {"matrix_flops": {}, "vector_flops": {}}
     counts = {"bytes_read": 0, "bytes_written": 0, "instructions": 0}
 
@@ -73,6 +74,7 @@ def static_counters(program: isa.Program, grid: tuple[int, int, int],
                 regs[ins.dst] = ((), ins.dtype, False)
             elif isinstance(ins, isa.ScalarArg):
                 regs[ins.dst] = ((), params[ins.param].dtype, False)
+                scalars[ins.dst] = ins.param
             elif isinstance(ins, isa.Unary):
                 tile, dt, var = regs[ins.src]
                 flops("vector_flops", dt, reps * n * math.prod(tile))
@@ -121,21 +123,13 @@ def static_counters(program: isa.Program, grid: tuple[int, int, int],
                 flops("matrix_flops", da, reps * 2.0 * ta[0] * tb[1] * ta[1] * n)
                 regs[ins.dst] = (regs[ins.acc][0], ins.acc_dtype, True)
             elif isinstance(ins, isa.Loop):
-                stop = _loop_stop(program, ins, args)
+                stop = ins.stop if isinstance(ins.stop, int) else int(args[scalars[ins.stop]])
                 regs[ins.var] = ((), "int64", False)
                 walk(ins.body, reps * len(range(ins.start, stop, ins.step)))
     walk(program.body, 1)
     return {"instances": n, "matrix_flops": tables["matrix_flops"],
             "vector_flops": tables["vector_flops"], "bytes_read": counts["bytes_read"],
             "bytes_written": counts["bytes_written"], "instructions": counts["instructions"]}
-
-
-def _loop_stop(program: isa.Program, loop: isa.Loop, args: Mapping[str, int]) -> int:
-    """A loop's bound: its constant, or the launch argument its scalar register reads."""
-    if isinstance(loop.stop, int):
-        return loop.stop
-    src = next(i for i in program.instructions() if getattr(i, "dst", None) == loop.stop)
-    return int(args[src.param])
 
 
 def attach_estimate(program: isa.Program, estimate: Estimate) -> isa.Program:
