@@ -28,7 +28,7 @@ Every kernel carries a cost estimate (``meta["estimate"]``) so a shape-only
 device prices it without running it.  The estimate holds what the executor
 counts, exactly: instances, matrix and vector FLOPs per dtype (index arithmetic
 included; these follow from tile shapes and trip counts alone, see
-:func:`~fornax.layers.codegen.static_counters`), and bytes read and written and
+:func:`~fornax.layers.kernel_estimate.static_counters`), and bytes read and written and
 each buffer's footprint, which depend on the masks and so are counted here from
 the geometry (padding, stride and dilation taps of convolution and pooling,
 ragged edge tiles, the ``store_reduce`` flush that reads and writes each
@@ -37,22 +37,30 @@ arithmetic: a causal or padded tile is computed in full, as the executor
 does, so no figure is approximate.  Kernels generic over one grid axis (the
 batch*heads of attention, the rows of the row kernels) give their counts for
 one slice plus the growth per further slice (``per_slice``); the fill kernel,
-generic over its length, gives its work per element and per instance.
+generic over its length, gives its work per element and per instance.  The
+traffic bookkeeping and the estimate builders are in :mod:`fornax.layers.dnn_traffic`.
 """
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
+from collections.abc import Mapping
+from typing import Any, overload
 
 from ..sim import isa
-from .codegen import POINTWISE_REGISTERS, KernelBuilder, next_pow2, static_counters
+from .dnn_traffic import Traffic, attach, attach_sliced, counts, pull, span4, window
+from .kernel_builder import POINTWISE_REGISTERS, Grid, KernelBuilder, next_pow2
 
 NEG_BIG = -1.0e30          # "minus infinity" of masked scores; exp(NEG_BIG - m) is exactly 0
 
+#: a problem's geometry as :mod:`fornax.layers.dnn` describes it: sizes (ints) and per-axis
+#: (stride, padding, dilation, kernel) pairs, keyed by name; the ``*_geometry`` functions add
+#: the derived sizes
+Geometry = dict[str, Any]
+
 
 def _acc(dt: str) -> str:
+    """The accumulation dtype for storage dtype ``dt``."""
     return "float64" if dt == "float64" else "float32"
 
 
@@ -74,7 +82,16 @@ def _split(kb: KernelBuilder, flat: str, dims: tuple[int, ...]) -> list[str]:
     return out
 
 
+@overload
+def _and(kb: KernelBuilder, first: str, /, *masks: str | None) -> str: ...
+
+
+@overload
+def _and(kb: KernelBuilder, *masks: str | None) -> str | None: ...
+
+
 def _and(kb: KernelBuilder, *masks: str | None) -> str | None:
+    """The conjunction of the masks given (None ones skipped); None when none is."""
     out = None
     for m in masks:
         if m is not None:
@@ -83,10 +100,12 @@ def _and(kb: KernelBuilder, *masks: str | None) -> str | None:
 
 
 def _lt(kb: KernelBuilder, reg: str, n: int) -> str:
+    """``reg < n``."""
     return kb.binary("lt", reg, kb.const(n, "int64"))
 
 
 def _in_range(kb: KernelBuilder, reg: str, n: int) -> str:
+    """``0 <= reg < n``."""
     return kb.binary("and", kb.binary("ge", reg, kb.const(0, "int64")), _lt(kb, reg, n))
 
 
@@ -99,120 +118,15 @@ def _lin(kb: KernelBuilder, terms: list[tuple[str | None, int]], base: str | Non
     return out if out is not None else kb.const(0, "int64")
 
 
-def _meta(group_size: int, kind: str, shared: int, acc_words: int, **extra) -> dict:
+def _meta(group_size: int, kind: str, shared: int, acc_words: int, **extra: object) -> dict[str, object]:
+    """Launch metadata: group size, kind, shared memory and per-lane registers (accumulator
+    words spread over the group plus addressing)."""
     return dict(group_size=group_size, kind=kind, shared_memory=int(shared),
                 registers=-(-acc_words // group_size) + POINTWISE_REGISTERS, **extra)
 
 
-# ---- cost estimates ----------------------------------------------------------------------------
-class _Traffic:
-    """Memory traffic of one launch, counted from the geometry the way the executor counts it:
-    active lanes times the item size, and per buffer the byte span [lo, hi) the active lanes
-    touch (relative to the buffer's base)."""
-
-    def __init__(self):
-        self.read = self.written = 0
-        self.flops: dict[str, float] = {}
-        self.reads: dict[str, list[int]] = {}
-        self.writes: dict[str, list[int]] = {}
-
-    @staticmethod
-    def _span(table: dict, ptr: str, span) -> None:
-        if span is None:
-            return
-        lo, hi = int(span[0]), int(span[1])
-        if ptr in table:
-            lo, hi = min(lo, table[ptr][0]), max(hi, table[ptr][1])
-        table[ptr] = [lo, hi]
-
-    def load(self, ptr: str, lanes: int, item: int, span) -> None:
-        self.read += int(lanes) * item
-        self._span(self.reads, ptr, span if lanes else None)
-
-    def store(self, ptr: str, lanes: int, item: int, span) -> None:
-        self.written += int(lanes) * item
-        self._span(self.writes, ptr, span if lanes else None)
-
-    def store_reduce(self, ptr: str, contributions: int, unique: int, item: int, dtype: str,
-                     span) -> None:
-        """A ``store_reduce``: every contribution is one operation in the destination dtype; the
-        flush reads and writes each distinct destination element once."""
-        self.flops[dtype] = self.flops.get(dtype, 0.0) + float(contributions)
-        self.load(ptr, unique, item, span)
-        self.store(ptr, unique, item, span)
-
-
-def _counts(program: isa.Program, grid: tuple[int, int, int], t: _Traffic) -> dict:
-    """The counters estimate of ``program`` on ``grid`` with the memory traffic ``t``."""
-    masks = {i.mask: 0 for i in program.instructions() if getattr(i, "mask", None)}
-    est = static_counters(program, grid, masks)         # FLOPs and instructions: shapes alone
-    for dt, f in t.flops.items():
-        est["vector_flops"][dt] = est["vector_flops"].get(dt, 0.0) + f
-    est.update(kind="counters", bytes_read=t.read, bytes_written=t.written,
-               read=t.reads, write=t.writes)
-    return est
-
-
-def _attach(program: isa.Program, grid: tuple[int, int, int], traffic: _Traffic) -> isa.Program:
-    """Attach the estimate of a kernel specialised for its whole launch."""
-    program.meta["estimate"] = _counts(program, grid, traffic)
-    return program
-
-
-def _attach_sliced(program: isa.Program, axis: int, grid_of, traffic_of) -> isa.Program:
-    """Attach the estimate of a kernel generic over grid axis ``axis``: the counts of a one-slice
-    launch and, in ``per_slice``, what each further slice adds (every slice does the same work;
-    anything shared, like a reduction's destination, is in the one-slice counts only)."""
-    one = _counts(program, grid_of(1), traffic_of(1))
-    two = _counts(program, grid_of(2), traffic_of(2))
-
-    def diff(a: dict, b: dict) -> dict:
-        return {k: b.get(k, 0.0) - a.get(k, 0.0) for k in set(a) | set(b) if b.get(k, 0.0) != a.get(k, 0.0)}
-
-    one["per_slice"] = {
-        "axis": axis, "instances": two["instances"] - one["instances"],
-        "matrix_flops": diff(one["matrix_flops"], two["matrix_flops"]),
-        "vector_flops": diff(one["vector_flops"], two["vector_flops"]),
-        "bytes_read": two["bytes_read"] - one["bytes_read"],
-        "bytes_written": two["bytes_written"] - one["bytes_written"],
-        "read": {p: two["read"][p][1] - lo_hi[1] for p, lo_hi in one["read"].items()},
-        "write": {p: two["write"][p][1] - lo_hi[1] for p, lo_hi in one["write"].items()}}
-    program.meta["estimate"] = one
-    return program
-
-
-def _window(out: int, taps: int, stride: int, pad: int, dil: int, size: int):
-    """Input positions a forward window reaches along one axis: ``o*stride - pad + t*dil`` for
-    every output ``o < out`` and tap ``t < taps`` that lands inside ``[0, size)``.  Returns how
-    many (output, tap) pairs are valid and the least and greatest position reached."""
-    pos = (np.arange(out)[:, None] * stride - pad + np.arange(taps)[None, :] * dil).ravel()
-    pos = pos[(pos >= 0) & (pos < size)]
-    return (int(pos.size), int(pos.min()), int(pos.max())) if pos.size else (0, 0, 0)
-
-
-def _pull(size: int, taps: int, stride: int, pad: int, dil: int, out: int):
-    """The backward (pull) view of :func:`_window`: for every input ``i < size`` and tap ``t``,
-    the output ``(i + pad - t*dil) / stride`` when that is a whole number in ``[0, out)``.
-    Returns the count of valid pairs and the least and greatest output reached."""
-    t = (np.arange(size)[:, None] + pad - np.arange(taps)[None, :] * dil).ravel()
-    t = t[(t >= 0) & (t % stride == 0)] // stride
-    t = t[t < out]
-    return (int(t.size), int(t.min()), int(t.max())) if t.size else (0, 0, 0)
-
-
-def _span4(dims: tuple[int, int, int, int], item: int, hs: tuple[int, int, int],
-           ws: tuple[int, int, int]):
-    """Byte span of an NCHW tensor of ``dims`` whose every image and channel is read at the rows
-    ``hs`` and columns ``ws`` (each: count of valid taps, least, greatest); None if none is."""
-    N, C, H, W = dims
-    if not hs[0] or not ws[0]:
-        return None
-    last = (N - 1) * C * H * W + (C - 1) * H * W + hs[2] * W + ws[2]
-    return [(hs[1] * W + ws[1]) * item, (last + 1) * item]
-
-
 # ---- convolution -------------------------------------------------------------------------------
-def conv_geometry(p: dict) -> dict:
+def conv_geometry(p: Mapping[str, Any]) -> Geometry:
     """Sizes of a 2-D convolution: ``p`` has n, c, h, w, k, r, s, stride, padding, dilation, groups."""
     (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["padding"], p["dilation"]
     out_h = (p["h"] + 2 * ph - dh * (p["r"] - 1) - 1) // sh + 1
@@ -220,7 +134,7 @@ def conv_geometry(p: dict) -> dict:
     return dict(p, p_out=out_h, q_out=out_w, cg=p["c"] // p["groups"], kg=p["k"] // p["groups"])
 
 
-def conv_gemm_shape(pass_: str, g: dict) -> tuple[int, int, int]:
+def conv_gemm_shape(pass_: str, g: Mapping[str, Any]) -> tuple[int, int, int]:
     """(M, N, K) of the implicit GEMM each pass computes, per group."""
     rs, pq = g["r"] * g["s"], g["p_out"] * g["q_out"]
     if pass_ == "fwd":
@@ -230,8 +144,8 @@ def conv_gemm_shape(pass_: str, g: dict) -> tuple[int, int, int]:
     return g["kg"], g["cg"] * rs, g["n"] * pq                           # bwd_weights
 
 
-def conv2d_kernel(name: str, pass_: str, dtype: str, g: dict, tile: tuple[int, int, int],
-                  group_size: int) -> tuple[isa.Program, tuple[int, int, int]]:
+def conv2d_kernel(name: str, pass_: str, dtype: str, g: Mapping[str, Any], tile: tuple[int, int, int],
+                  group_size: int) -> tuple[isa.Program, Grid]:
     """Implicit-GEMM convolution pass ``fwd`` (x, w -> y), ``bwd_data`` (dy, w -> dx) or
     ``bwd_weights`` (x, dy -> dw); returns the program and its grid."""
     M, N, K = conv_gemm_shape(pass_, g)
@@ -256,7 +170,7 @@ def conv2d_kernel(name: str, pass_: str, dtype: str, g: dict, tile: tuple[int, i
     c0 = kb.imul(grp, Cg)                       # first channel of this group
     k0 = kb.imul(grp, Kg)                       # first output channel of this group
 
-    def x_at(n, c, oh, ow, r, s):
+    def x_at(n: str, c: str, oh: str, ow: str, r: str, s: str) -> tuple[str, str]:
         """Offset and validity of x[n, c0 + c, oh*sh - ph + r*dh, ow*sw - pw + s*dw]."""
         hh = kb.binary("sub", _lin(kb, [(oh, sh), (r, dh)]), kb.const(ph, "int64"))
         ww = kb.binary("sub", _lin(kb, [(ow, sw), (s, dw)]), kb.const(pw, "int64"))
@@ -321,11 +235,12 @@ def conv2d_kernel(name: str, pass_: str, dtype: str, g: dict, tile: tuple[int, i
     item = isa.np_dtype(dtype).itemsize
     program = kb.program(**_meta(group_size, "conv2d", (bm * bk + bk * bn) * item, bm * bn,
                                  tile=[bm, bn, bk], conv_pass=pass_))
-    grid = (math.ceil(N / bn), math.ceil(M / bm), g["groups"])
-    return _attach(program, grid, _conv_traffic(pass_, g, item, grid, M, N, K)), grid
+    grid: Grid = (math.ceil(N / bn), math.ceil(M / bm), g["groups"])
+    return attach(program, grid, _conv_traffic(pass_, g, item, grid, M, N, K)), grid
 
 
-def _conv_traffic(pass_: str, g: dict, item: int, grid, M: int, N: int, K: int) -> _Traffic:
+def _conv_traffic(pass_: str, g: Mapping[str, Any], item: int, grid: Grid, M: int, N: int,
+                  K: int) -> Traffic:
     """Loads and stores of a convolution pass.  Each (row, reduction) element of A is loaded
     once per column tile and each (reduction, column) element of B once per row tile, when its
     mask is on: always for the filter and dy (forward), and for x only where the padded,
@@ -336,18 +251,18 @@ def _conv_traffic(pass_: str, g: dict, item: int, grid, M: int, N: int, K: int) 
     (sh, sw), (ph, pw), (dh, dw) = g["stride"], g["padding"], g["dilation"]
     x_dims, y_dims = (nb, C, H, W), (nb, Kc, P, Q)
     x_all, y_all, w_all = nb * C * H * W * item, nb * Kc * P * Q * item, Kc * Cg * R * S * item
-    t = _Traffic()
+    t = Traffic()
     if pass_ in ("fwd", "bwd_weights"):
-        vh, vw = _window(P, R, sh, ph, dh, H), _window(Q, S, sw, pw, dw, W)
-        x_span = _span4(x_dims, item, vh, vw)
+        vh, vw = window(P, R, sh, ph, dh, H), window(Q, S, sw, pw, dw, W)
+        x_span = span4(x_dims, item, vh, vw)
         x_lanes = nb * Cg * vh[0] * vw[0] * G            # valid (row, k) pairs over all groups
     if pass_ == "fwd":
         t.load("x", gx * x_lanes, item, x_span)
         t.load("w", gy * G * K * N, item, [0, w_all])
         t.store("y", G * M * N, item, [0, y_all])
     elif pass_ == "bwd_data":
-        uh, uw = _pull(H, R, sh, ph, dh, P), _pull(W, S, sw, pw, dw, Q)
-        t.load("dy", gx * nb * Kg * uh[0] * uw[0] * G, item, _span4(y_dims, item, uh, uw))
+        uh, uw = pull(H, R, sh, ph, dh, P), pull(W, S, sw, pw, dw, Q)
+        t.load("dy", gx * nb * Kg * uh[0] * uw[0] * G, item, span4(y_dims, item, uh, uw))
         t.load("w", gy * G * K * N, item, [0, w_all])
         t.store("dx", G * M * N, item, [0, x_all])
     else:
@@ -370,7 +285,7 @@ def _tile_offsets(kb: KernelBuilder, base: str, rows: str, d: int, rows_first: b
 
 
 def attention_fwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal: bool, scale: float,
-                         tile: tuple[int, int], group_size: int):
+                         tile: tuple[int, int], group_size: int) -> tuple[isa.Program, tuple[int, int]]:
     """O = softmax(scale * Q K^T [+ causal mask]) V and LSE per row, for q, k, v of [BH, S, d].
 
     Grid: (query tiles, batch*heads, 1).  One loop over the K/V tiles keeps the running max
@@ -419,10 +334,10 @@ def attention_fwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal
                                  bm * d + bm * bn, tile=[bm, bn], head_dim=d, causal=causal))
     gq = math.ceil(sq / bm)
 
-    def traffic(bh: int) -> _Traffic:
+    def traffic(bh: int) -> Traffic:
         """Q, O and LSE rows once; every instance walks all of K and V (a causal mask zeroes
         probabilities, it skips no tile)."""
-        t, qs, ks = _Traffic(), bh * sq * d, bh * sk * d
+        t, qs, ks = Traffic(), bh * sq * d, bh * sk * d
         t.load("q", qs, item, [0, qs * item])
         for p in ("k", "v"):
             t.load(p, gq * ks, item, [0, ks * item])
@@ -430,11 +345,11 @@ def attention_fwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal
         t.store("lse", bh * sq, 4, [0, bh * sq * 4])
         return t
 
-    return _attach_sliced(program, 1, lambda bh: (gq, bh, 1), traffic), (bm, bn)
+    return attach_sliced(program, 1, lambda bh: (gq, bh, 1), traffic), (bm, bn)
 
 
 def attention_bwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal: bool, scale: float,
-                         tile: tuple[int, int], group_size: int):
+                         tile: tuple[int, int], group_size: int) -> tuple[isa.Program, tuple[int, int]]:
     """dQ, dK, dV of flash attention from q, k, v, o, dO and the saved LSE.
 
     Grid: (K/V tiles, batch*heads, 1).  Each instance holds its K and V tile and the dK, dV
@@ -500,10 +415,10 @@ def attention_bwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal
                                  2 * bn * d + 2 * bm * bn, tile=[bm, bn], head_dim=d, causal=causal))
     gk = math.ceil(sk / bn)
 
-    def traffic(bh: int) -> _Traffic:
+    def traffic(bh: int) -> Traffic:
         """K (twice: both layouts) and V once; every instance walks all query rows, loading Q
         and dO twice (both layouts), O and LSE once, and adds its dQ share (``store_reduce``)."""
-        t, qs, ks = _Traffic(), bh * sq * d, bh * sk * d
+        t, qs, ks = Traffic(), bh * sq * d, bh * sk * d
         t.load("k", 2 * ks, item, [0, ks * item])
         t.load("v", ks, item, [0, ks * item])
         for p, times in (("q", 2), ("do", 2), ("o", 1)):
@@ -514,11 +429,11 @@ def attention_bwd_kernel(name: str, dtype: str, sq: int, sk: int, d: int, causal
             t.store(p, ks, item, [0, ks * item])
         return t
 
-    return _attach_sliced(program, 1, lambda bh: (gk, bh, 1), traffic), (bm, bn)
+    return attach_sliced(program, 1, lambda bh: (gk, bh, 1), traffic), (bm, bn)
 
 
 # ---- row kernels: norms and softmax ------------------------------------------------------------
-def _row(kb: KernelBuilder, cols: int):
+def _row(kb: KernelBuilder, cols: int) -> tuple[str, str, str | None, int]:
     """Row index, [1, width] column index and mask of a one-row-per-instance kernel."""
     width = next_pow2(cols)
     row = kb.pid(0)
@@ -528,14 +443,17 @@ def _row(kb: KernelBuilder, cols: int):
 
 
 def _load_f32(kb: KernelBuilder, ptr: str, off: str, mask: str | None) -> str:
+    """Load from ``ptr`` at ``off`` (under ``mask``) and convert to float32."""
     return kb.emit(isa.Convert(kb.reg(), kb.emit(isa.Load(kb.reg(), ptr, off, mask)), "float32"))
 
 
 def _masked(kb: KernelBuilder, x: str, mask: str | None) -> str:
+    """``x`` with the lanes outside ``mask`` set to 0."""
     return x if mask is None else kb.emit(isa.Where(kb.reg(), mask, x, kb.const(0.0, "float32")))
 
 
-def norm_fwd_kernel(name: str, kind: str, dtype: str, cols: int, eps: float, group_size: int):
+def norm_fwd_kernel(name: str, kind: str, dtype: str, cols: int, eps: float,
+                    group_size: int) -> isa.Program:
     """Layer norm (``kind="layer"``: x, gamma, beta -> y, mean, rstd) or RMS norm
     (``"rms"``: x, gamma -> y, rstd) over the last axis; statistics in float32."""
     kb = KernelBuilder(name)
@@ -557,17 +475,17 @@ def norm_fwd_kernel(name: str, kind: str, dtype: str, cols: int, eps: float, gro
     var = kb.binary("mul", kb.emit(isa.Reduce(kb.reg(), "sum", kb.binary("mul", xc, xc), -1)), inv_n)
     rstd = kb.unary("rsqrt", kb.binary("add", var, kb.const(float(eps), f32)))
     y = kb.binary("mul", kb.binary("mul", xc, rstd), _load_f32(kb, pg, col, mask))
-    if kind == "layer":
+    if pb is not None:                          # layer norm
         y = kb.binary("add", y, _load_f32(kb, pb, col, mask))
     kb.emit(isa.Store(py, off, kb.emit(isa.Convert(kb.reg(), y, dtype)), mask))
-    if kind == "layer":
+    if pmean is not None:                       # layer norm
         kb.emit(isa.Store(pmean, row, mean))
     kb.emit(isa.Store(prstd, row, rstd))
     program = kb.program(**_meta(group_size, f"{kind}_norm", 0, width, width=width))
     item = isa.np_dtype(dtype).itemsize
 
-    def traffic(rows: int) -> _Traffic:
-        t, n = _Traffic(), rows * cols
+    def traffic(rows: int) -> Traffic:
+        t, n = Traffic(), rows * cols
         t.load("x", n, item, [0, n * item])
         for p in ("gamma", "beta") if kind == "layer" else ("gamma",):
             t.load(p, n, item, [0, cols * item])          # every row reads the whole weight
@@ -576,10 +494,10 @@ def norm_fwd_kernel(name: str, kind: str, dtype: str, cols: int, eps: float, gro
             t.store(p, rows, 4, [0, rows * 4])
         return t
 
-    return _attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
+    return attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
 
 
-def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int):
+def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int) -> isa.Program:
     """dx and the weight gradients (dgamma, and dbeta for layer norm) from dy, x, gamma and
     the saved statistics.  dgamma/dbeta are column sums over rows: ``store_reduce`` into
     buffers that start zeroed."""
@@ -595,7 +513,7 @@ def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int
     dy, x = _load_f32(kb, pdy, off, mask), _load_f32(kb, px, off, mask)
     gamma = _load_f32(kb, pg, col, mask)
     rstd = kb.emit(isa.Load(kb.reg(), prstd, row))
-    xc = kb.binary("sub", x, kb.emit(isa.Load(kb.reg(), pmean, row))) if kind == "layer" else x
+    xc = kb.binary("sub", x, kb.emit(isa.Load(kb.reg(), pmean, row))) if pmean is not None else x
     xhat = _masked(kb, kb.binary("mul", xc, rstd), mask)
     g = _masked(kb, kb.binary("mul", dy, gamma), mask)
     inv_n = kb.const(1.0 / cols, f32)
@@ -607,13 +525,13 @@ def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int
     dx = kb.binary("mul", inner, rstd)
     kb.emit(isa.Store(pdx, off, kb.emit(isa.Convert(kb.reg(), dx, dtype)), mask))
     kb.emit(isa.StoreReduce(pdg, col, kb.binary("mul", dy, xhat), "sum", mask))
-    if kind == "layer":
+    if pdb is not None:                         # layer norm
         kb.emit(isa.StoreReduce(pdb, col, dy, "sum", mask))
     program = kb.program(**_meta(group_size, f"{kind}_norm_bwd", 0, 3 * width, width=width))
     item = isa.np_dtype(dtype).itemsize
 
-    def traffic(rows: int) -> _Traffic:
-        t, n = _Traffic(), rows * cols
+    def traffic(rows: int) -> Traffic:
+        t, n = Traffic(), rows * cols
         for p in ("dy", "x"):
             t.load(p, n, item, [0, n * item])
         t.load("gamma", n, item, [0, cols * item])
@@ -624,10 +542,11 @@ def norm_bwd_kernel(name: str, kind: str, dtype: str, cols: int, group_size: int
             t.store_reduce(p, n, cols, item, dtype, [0, cols * item])   # one flush of cols
         return t
 
-    return _attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
+    return attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
 
 
-def softmax_kernel(name: str, dtype: str, cols: int, backward: bool, log: bool, group_size: int):
+def softmax_kernel(name: str, dtype: str, cols: int, backward: bool, log: bool,
+                   group_size: int) -> isa.Program:
     """Softmax (or log-softmax) over the last axis: forward x -> y; backward y, dy -> dx."""
     kb = KernelBuilder(name)
     f32 = "float32"
@@ -657,23 +576,26 @@ def softmax_kernel(name: str, dtype: str, cols: int, backward: bool, log: bool, 
                                  width=width))
     item = isa.np_dtype(dtype).itemsize
 
-    def traffic(rows: int) -> _Traffic:
-        t, n = _Traffic(), rows * cols
+    def traffic(rows: int) -> Traffic:
+        t, n = Traffic(), rows * cols
         for p in names[:-1]:
             t.load(p, n, item, [0, n * item])
         t.store(names[-1], n, item, [0, n * item])
         return t
 
-    return _attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
+    return attach_sliced(program, 0, lambda rows: (rows, 1, 1), traffic)
 
 
 # ---- pooling -----------------------------------------------------------------------------------
-def pool_geometry(p: dict) -> dict:
+def pool_geometry(p: Mapping[str, Any]) -> Geometry:
+    """Sizes of a 2-D pooling: ``p`` has n, c, h, w, kernel, stride, padding; adds r, s and the
+    output extent p_out x q_out."""
     (r, s), (sh, sw), (ph, pw) = p["kernel"], p["stride"], p["padding"]
     return dict(p, r=r, s=s, p_out=(p["h"] + 2 * ph - r) // sh + 1, q_out=(p["w"] + 2 * pw - s) // sw + 1)
 
 
-def pool2d_fwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, group_size: int):
+def pool2d_fwd_kernel(name: str, mode: str, dtype: str, g: Mapping[str, Any], block: int,
+                      group_size: int) -> tuple[isa.Program, Grid]:
     """Max (x -> y, argmax index h*W+w per output) or average (x -> y, padding counted) 2-D
     pooling over NCHW; one lane per output element, a loop over the window."""
     kb = KernelBuilder(name)
@@ -698,7 +620,7 @@ def pool2d_fwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, gro
     ok = _and(kb, mask, _in_range(kb, hh, H), _in_range(kb, ww, W))
     pos = kb.binary("add", kb.imul(hh, W), ww)
     v = _load_f32(kb, px, kb.binary("add", base, pos), ok)
-    if mode == "max":
+    if best is not None:                                            # max pooling
         better = kb.binary("and", ok, kb.binary("gt", v, acc))      # first maximum wins, like torch
         kb.emit(isa.Where(best, better, pos, best))
         kb.emit(isa.Where(acc, better, v, acc))
@@ -707,21 +629,22 @@ def pool2d_fwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, gro
     _loop(kb, var, 0, R * S, 1, start)
     out = acc if mode == "max" else kb.binary("mul", acc, kb.const(1.0 / (R * S), f32))
     kb.emit(isa.Store(py, flat, kb.emit(isa.Convert(kb.reg(), out, dtype)), mask))
-    if mode == "max":
+    if pidx is not None and best is not None:                       # max pooling
         kb.emit(isa.Store(pidx, flat, best, mask))
-    grid = (math.ceil(total / block), 1, 1)
+    grid: Grid = (math.ceil(total / block), 1, 1)
     program = kb.program(**_meta(group_size, "pool2d", 0, 2 * block, mode=mode))
     item, nc = isa.np_dtype(dtype).itemsize, g["n"] * g["c"]
-    vh, vw = _window(P, R, sh, ph, 1, H), _window(Q, S, sw, pw, 1, W)
-    t = _Traffic()
-    t.load("x", nc * vh[0] * vw[0], item, _span4((nc, 1, H, W), item, vh, vw))
+    vh, vw = window(P, R, sh, ph, 1, H), window(Q, S, sw, pw, 1, W)
+    t = Traffic()
+    t.load("x", nc * vh[0] * vw[0], item, span4((nc, 1, H, W), item, vh, vw))
     t.store("y", total, item, [0, total * item])
     if mode == "max":
         t.store("indices", total, 8, [0, total * 8])
-    return _attach(program, grid, t), grid
+    return attach(program, grid, t), grid
 
 
-def pool2d_bwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, group_size: int):
+def pool2d_bwd_kernel(name: str, mode: str, dtype: str, g: Mapping[str, Any], block: int,
+                      group_size: int) -> tuple[isa.Program, Grid]:
     """dx of 2-D pooling in pull form: each input element loops over the window positions
     that could cover it and takes dy/(R*S) (average) or dy where the saved argmax names it
     (max).  Deterministic, no atomics."""
@@ -754,7 +677,7 @@ def pool2d_bwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, gro
         coords.append(o)
     out_off = _lin(kb, [(nc, P * Q), (coords[0], Q), (coords[1], 1)])
     dy = _load_f32(kb, pdy, out_off, ok)
-    if mode == "max":
+    if pidx is not None:                                            # max pooling
         taken = kb.binary("eq", kb.emit(isa.Load(kb.reg(), pidx, out_off, ok)), me)
         dy = kb.emit(isa.Where(kb.reg(), kb.binary("and", ok, taken), dy, kb.const(0.0, f32)))
     else:
@@ -762,20 +685,20 @@ def pool2d_bwd_kernel(name: str, mode: str, dtype: str, g: dict, block: int, gro
     kb.emit(isa.Binary(acc, "add", acc, dy))
     _loop(kb, var, 0, R * S, 1, start)
     kb.emit(isa.Store(pdx, flat, kb.emit(isa.Convert(kb.reg(), acc, dtype)), mask))
-    grid = (math.ceil(total / block), 1, 1)
+    grid: Grid = (math.ceil(total / block), 1, 1)
     program = kb.program(**_meta(group_size, "pool2d_bwd", 0, 2 * block, mode=mode))
     item, nc = isa.np_dtype(dtype).itemsize, g["n"] * g["c"]
-    uh, uw = _pull(H, R, sh, ph, 1, P), _pull(W, S, sw, pw, 1, Q)
+    uh, uw = pull(H, R, sh, ph, 1, P), pull(W, S, sw, pw, 1, Q)
     lanes = nc * uh[0] * uw[0]
-    t = _Traffic()
-    t.load("dy", lanes, item, _span4((nc, 1, P, Q), item, uh, uw))
+    traffic = Traffic()
+    traffic.load("dy", lanes, item, span4((nc, 1, P, Q), item, uh, uw))
     if mode == "max":
-        t.load("indices", lanes, 8, _span4((nc, 1, P, Q), 8, uh, uw))
-    t.store("dx", total, item, [0, total * item])
-    return _attach(program, grid, t), grid
+        traffic.load("indices", lanes, 8, span4((nc, 1, P, Q), 8, uh, uw))
+    traffic.store("dx", total, item, [0, total * item])
+    return attach(program, grid, traffic), grid
 
 
-def fill_kernel(name: str, dtype: str, value: float, block: int, group_size: int):
+def fill_kernel(name: str, dtype: str, value: float, block: int, group_size: int) -> isa.Program:
     """out[i] = value for i < n (``n`` a scalar argument)."""
     kb = KernelBuilder(name)
     po = kb.param("out", "ptr", dtype)
@@ -786,7 +709,7 @@ def fill_kernel(name: str, dtype: str, value: float, block: int, group_size: int
     program = kb.program(**_meta(group_size, "fill", 0, block))
     # generic over its length: one stored element per output, index arithmetic per instance
     # (no footprint: with every byte written once, the traffic is the footprint)
-    per_instance = _counts(program, (1, 1, 1), _Traffic())["vector_flops"]
+    per_instance = counts(program, (1, 1, 1), Traffic())["vector_flops"]
     program.meta["estimate"] = {
         "kind": "outputs", "m": "n", "n": 1,
         "per_output": {"bytes_written": isa.np_dtype(dtype).itemsize,

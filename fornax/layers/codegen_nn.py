@@ -1,5 +1,9 @@
 """Kernel generators for the indexed ops of :mod:`fornax.layers.nn_ops`.
 
+They build on the kernel builder (:mod:`fornax.layers.kernel_builder`) and the
+emitter (:mod:`fornax.layers.emitter`); :mod:`fornax.layers.codegen` hands
+``EMITTERS`` to every emitter it opens.
+
 * ``EMITTERS``: ops whose kernel computes its own load offsets (gather,
   index_select, scatter, im2col, counter-based RNG).  Each opens a pointwise kernel
   over its output (the compiler's ``indexed`` op kind); the Emitter calls
@@ -14,15 +18,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..sim import isa
-from .codegen import Emitter, KernelBuilder, _offsets, strides
 from .errors import CompileError
+from .emitter import Emitter, IndexedEmitter
 from .graph import Node, Value
+from .kernel_builder import KernelBuilder, offsets, strides
 from .nn_ops import MASK32, THREEFRY_PARITY, THREEFRY_ROTATIONS, _im2col_geometry
+
+#: im2col's geometry: kernel, stride, dilation, lhs dilation (per spatial dim), the (low, high)
+#: padding pairs, the group count and the output positions per spatial dim
+Im2colGeometry = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                       tuple[tuple[int, int], ...], int, tuple[int, ...]]
+#: :func:`fornax.layers.nn_ops._im2col_geometry` (``x_shape``, the op's attributes) at its type
+_geometry: Callable[[tuple[int, ...], dict[str, Any]], Im2colGeometry] = _im2col_geometry
 
 
 def _operand(em: Emitter, v: Value, node: Node) -> str:
+    """The buffer parameter of ``v``, which an indexed op must read from memory."""
     op = em.inputs.get(id(v))
     if op is None or id(v) in em.regs:
         raise CompileError(f"kernel {em.kb.name}: {node.op} must read its operands from memory",
@@ -30,7 +45,8 @@ def _operand(em: Emitter, v: Value, node: Node) -> str:
     return op.param
 
 
-def _out_index(em: Emitter, node: Node) -> list[str]:
+def _out_index(em: Emitter, node: Node) -> Sequence[str]:
+    """The index registers of the node's output dims (the space's trailing dims)."""
     out = node.outputs[0]
     return em.index[len(em.space) - len(out.shape):]
 
@@ -49,19 +65,21 @@ def _clamped(kb: KernelBuilder, reg: str, n: int) -> str:
 
 
 def emit_gather(em: Emitter, node: Node) -> str:
+    """gather / index_select: load the index at the output position (clamped into range), then
+    the source element it names along ``axis``."""
     kb = em.kb
     x, idx = node.inputs
     px, pi = _operand(em, x, node), _operand(em, idx, node)
     axis = node.attrs.get("axis", 0) % len(x.shape)
     index = _out_index(em, node)
     if node.op == "gather":
-        ioffs = _offsets(kb, idx.shape, idx.shape, index)
+        ioffs = offsets(kb, idx.shape, idx.shape, index)
     else:                                                       # index_select: a 1-D index
         ioffs = index[axis] if idx.shape[0] > 1 else kb.const(0, "int64")
     iv = _clamped(kb, _i64(kb, kb.emit(isa.Load(kb.reg(), pi, ioffs, em.mask))), x.shape[axis])
     src = list(index)
     src[axis] = iv
-    return kb.emit(isa.Load(kb.reg(), px, _offsets(kb, x.shape, x.shape, src), em.mask))
+    return kb.emit(isa.Load(kb.reg(), px, offsets(kb, x.shape, x.shape, src), em.mask))
 
 
 def emit_im2col(em: Emitter, node: Node) -> str:
@@ -69,12 +87,15 @@ def emit_im2col(em: Emitter, node: Node) -> str:
     kb = em.kb
     (x,) = node.inputs
     px = _operand(em, x, node)
-    kernel, st, dil, lhs, pads, groups, out = _im2col_geometry(x.shape, node.attrs)
+    kernel, st, dil, lhs, pads, groups, out = _geometry(x.shape, node.attrs)
     n, c = x.shape[:2]
     spatial = x.shape[2:]
     cg, ktot, L = c // groups, math.prod(kernel), math.prod(out)
     gi, j, p = _out_index(em, node)
-    const = lambda v: kb.const(v, "int64")                       # noqa: E731
+
+    def const(v: int) -> str:
+        return kb.const(v, "int64")
+
     chan = kb.iadd(kb.imul(gi, cg), kb.binary("floordiv", j, const(ktot)))
     kk = kb.binary("mod", j, const(ktot))
     batch = kb.binary("floordiv", p, const(L))
@@ -95,7 +116,7 @@ def emit_im2col(em: Emitter, node: Node) -> str:
         valid = _and(kb, valid, kb.binary("ge", q, const(0)))
         valid = _and(kb, valid, kb.binary("lt", q, const(spatial[d])))
         off = kb.iadd(off, kb.imul(q, xs[2 + d]))
-    if valid is em.mask:
+    if valid is None or valid is em.mask:
         return kb.emit(isa.Load(kb.reg(), px, off, em.mask))
     # padding and holes read element 0 under the kernel's own mask, then become zeros
     off = kb.emit(isa.Where(kb.reg(), valid, off, const(0)))
@@ -106,8 +127,13 @@ def emit_im2col(em: Emitter, node: Node) -> str:
 def _threefry(kb: KernelBuilder, k0: str, k1: str, c0: str, c1: str) -> tuple[str, str]:
     """Threefry-2x32-20 on 32-bit words held in int64 registers."""
     m = kb.const(MASK32, "int64")
-    wrap = lambda r: kb.binary("bitand", r, m)                     # noqa: E731
-    add = lambda a, b: wrap(kb.binary("add", a, b))                # noqa: E731
+
+    def wrap(r: str) -> str:
+        return kb.binary("bitand", r, m)
+
+    def add(a: str, b: str) -> str:
+        return wrap(kb.binary("add", a, b))
+
     k2 = kb.binary("xor", kb.binary("xor", k0, k1), kb.const(THREEFRY_PARITY, "int64"))
     ks = (k0, k1, k2)
     x0, x1 = add(c0, k0), add(c1, k1)
@@ -123,6 +149,8 @@ def _threefry(kb: KernelBuilder, k0: str, k1: str, c0: str, c1: str) -> tuple[st
 
 
 def emit_random(em: Emitter, node: Node) -> str:
+    """Counter-based RNG: Threefry-2x32 of the key and each output's flat index (plus
+    ``offset``) gives raw bits, uniforms in [minval, maxval) or Box-Muller normals."""
     kb = em.kb
     (key,) = node.inputs
     out = node.outputs[0]
@@ -130,7 +158,7 @@ def emit_random(em: Emitter, node: Node) -> str:
     m = kb.const(MASK32, "int64")
     k0 = kb.binary("bitand", kb.emit(isa.Load(kb.reg(), pk, kb.const(0, "int64"))), m)
     k1 = kb.binary("bitand", kb.emit(isa.Load(kb.reg(), pk, kb.const(1, "int64"))), m)
-    counter = _offsets(kb, out.shape, out.shape, _out_index(em, node))
+    counter = offsets(kb, out.shape, out.shape, _out_index(em, node))
     counter = kb.binary("add", counter, kb.const(int(node.attrs.get("offset", 0)), "int64"))
     c0 = kb.binary("shr", counter, kb.const(32, "int64"))
     c1 = kb.binary("bitand", counter, m)
@@ -140,7 +168,8 @@ def emit_random(em: Emitter, node: Node) -> str:
     dt = out.dtype.value
     unit = kb.const(2.0 ** -24, dt)
 
-    def top24(word, plus=0):
+    def top24(word: str, plus: int = 0) -> str:
+        """The top 24 bits of a 32-bit ``word`` (plus ``plus``) scaled into [0, 1)."""
         w = kb.binary("shr", word, kb.const(8, "int64"))
         if plus:
             w = kb.binary("add", w, kb.const(plus, "int64"))
@@ -164,7 +193,7 @@ def emit_scatter(em: Emitter, node: Node) -> str:
     px, pi, pu = (_operand(em, v, node) for v in (x, idx, upd))
     axis = node.attrs.get("axis", 0) % len(x.shape)
     index = _out_index(em, node)
-    acc = kb.emit(isa.Load(kb.reg(), px, _offsets(kb, x.shape, x.shape, index), em.mask))
+    acc = kb.emit(isa.Load(kb.reg(), px, offsets(kb, x.shape, x.shape, index), em.mask))
     inner = None                            # the update tile is smaller than the input in this dim
     for d in range(len(x.shape)):
         if d != axis and upd.shape[d] < x.shape[d]:
@@ -174,7 +203,7 @@ def emit_scatter(em: Emitter, node: Node) -> str:
     start = len(kb.body)
     src = list(index)
     src[axis] = var
-    uoff = _offsets(kb, upd.shape, upd.shape, src)
+    uoff = offsets(kb, upd.shape, upd.shape, src)
     if inner is not None:
         uoff = kb.emit(isa.Where(kb.reg(), inner, uoff, zero))
     iv = _i64(kb, kb.emit(isa.Load(kb.reg(), pi, uoff, em.mask)))
@@ -191,7 +220,7 @@ def emit_scatter(em: Emitter, node: Node) -> str:
     return acc
 
 
-EMITTERS = {"gather": emit_gather, "index_select": emit_gather, "im2col": emit_im2col,
+EMITTERS: dict[str, IndexedEmitter] = {"gather": emit_gather, "index_select": emit_gather, "im2col": emit_im2col,
             "scatter": emit_scatter,
             "random_bits": emit_random, "random_uniform": emit_random, "random_normal": emit_random}
 
