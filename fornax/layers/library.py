@@ -43,37 +43,123 @@ __all__ = ["SPLIT_K_FILL", "SPLIT_K_MIN_STEPS", "Algorithm", "CallRecord", "Gemm
 
 @runtime_checkable
 class Library(Protocol):
+    """What the rest of fornax calls on a library.
+
+    Addresses are device virtual addresses (ints) in the current device's primary context,
+    owned by the caller (a routine never frees or keeps them); element counts and strides are
+    in elements, workspace in bytes, times in simulated seconds.  A routine's launches are
+    ordered on ``stream`` (the runtime's default stream when None) after the work already
+    queued there, and complete asynchronously: the caller synchronises before reading
+    results on the host.  Every routine validates its ``params`` before launching anything
+    and raises :class:`~fornax.layers.errors.LibraryError` (what was wrong, and a hint) for a
+    bad argument, an unsupported dtype or size, or a device the library ships no image for;
+    runtime and driver errors of the launches pass through unchanged.  Each successful call
+    returns its :class:`CallRecord` and appends the same record to :attr:`calls`."""
+
+    #: the family's name (``vendor.toml`` ``name``), as every seam of the family reports it
     vendor: str
+    #: the library's own name (``[library] name``: "cublas-like", ...), used in kernel names
     name: str
 
-    def formats(self) -> tuple[str, ...]: ...
-    def ops(self) -> frozenset: ...
-    def gemm(self, a: int, b: int, c: int, params: dict, stream: Stream | None = None) -> CallRecord: ...
-    # DNN-like routines (shared policy in layers/dnn.py; device addresses plus a params dict)
-    def conv2d_fwd(self, x: int, w: int, y: int, params: dict, stream=None) -> CallRecord: ...
-    def conv2d_bwd_data(self, dy: int, w: int, dx: int, params: dict, stream=None) -> CallRecord: ...
-    def conv2d_bwd_weights(self, x: int, dy: int, dw: int, params: dict, stream=None) -> CallRecord: ...
-    def attention_fwd(self, q: int, k: int, v: int, o: int, lse: int, params: dict,
-                      stream=None) -> CallRecord: ...
+    @property
+    def calls(self) -> Sequence[CallRecord]:
+        """Every routine call this library has made, oldest first (GEMM and DNN routines;
+        collectives are in the communicator's records).  The library owns and appends to it;
+        callers read it (the report counts it and lists it as ``algorithms_chosen``)."""
+
+    def formats(self) -> tuple[str, ...]:
+        """The binary formats of the images the library ships, each once, in the order
+        ``[library] shipped`` lists them; the stack refuses to compose when the driver loads
+        none of them."""
+
+    def ops(self) -> frozenset[str]:
+        """Names of the graph ops the library computes as one routine (``[library] ops``); the
+        compiler routes an op to the library only when its family's policy and this set agree."""
+
+    def gemm(self, a: int, b: int, c: int, params: dict[str, Any],
+             stream: Stream | None = None) -> CallRecord:
+        """``C[b] = act(alpha * scale * op(A[b]) @ op(B[b]) + beta * C[b] + bias)`` for every
+        batch, written over ``c``; ``params`` as :mod:`fornax.layers.gemm` lists them (``m``,
+        ``n``, ``k``, ``dtype`` required).  A split-K algorithm allocates its workspace on
+        ``stream`` and frees it before returning (the record's ``workspace`` bytes)."""
+
+    # DNN-like routines (shared policy in layers/dnn.py); tensors are contiguous: NCHW for
+    # convolution and pooling, [batch, heads, seq, head_dim] for attention, [rows, cols] for
+    # norms and softmax; saved statistics (lse, mean, rstd) are float32
+    def conv2d_fwd(self, x: int, w: int, y: int, params: dict[str, Any],
+                   stream: Stream | None = None) -> CallRecord:
+        """``y = conv2d(x, w)``: x [n, c, h, w], w [k, c/groups, r, s], y [n, k, p, q];
+        ``params``: n, c, h, w, k, r, s, stride, padding, dilation (ints or pairs), groups, dtype."""
+
+    def conv2d_bwd_data(self, dy: int, w: int, dx: int, params: dict[str, Any],
+                        stream: Stream | None = None) -> CallRecord:
+        """``dx`` (the input gradient) from dy [n, k, p, q] and w; params as :meth:`conv2d_fwd`."""
+
+    def conv2d_bwd_weights(self, x: int, dy: int, dw: int, params: dict[str, Any],
+                           stream: Stream | None = None) -> CallRecord:
+        """``dw`` (the filter gradient) from x and dy; params as :meth:`conv2d_fwd`."""
+
+    def attention_fwd(self, q: int, k: int, v: int, o: int, lse: int, params: dict[str, Any],
+                      stream: Stream | None = None) -> CallRecord:
+        """``o = softmax(scale q k^T [causal]) v`` and the row log-sum-exp ``lse`` [batch, heads,
+        seq_q]; ``params``: batch, heads, seq_q, seq_k, head_dim, causal, scale, dtype."""
+
     def attention_bwd(self, q: int, k: int, v: int, o: int, do: int, lse: int, dq: int, dk: int,
-                      dv: int, params: dict, stream=None) -> CallRecord: ...
+                      dv: int, params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """dq, dk and dv (overwritten) from q, k, v, the forward's o and lse, and do; params as
+        :meth:`attention_fwd`."""
+
     def layer_norm_fwd(self, x: int, gamma: int, beta: int, y: int, mean: int, rstd: int,
-                       params: dict, stream=None) -> CallRecord: ...
+                       params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """``y = (x - mean) * rstd * gamma + beta`` over the last axis, saving mean and rstd (one
+        per row); ``params``: rows, cols, eps (default 1e-5), dtype."""
+
     def layer_norm_bwd(self, dy: int, x: int, gamma: int, mean: int, rstd: int, dx: int,
-                       dgamma: int, dbeta: int, params: dict, stream=None) -> CallRecord: ...
-    def rms_norm_fwd(self, x: int, gamma: int, y: int, rstd: int, params: dict,
-                     stream=None) -> CallRecord: ...
+                       dgamma: int, dbeta: int, params: dict[str, Any],
+                       stream: Stream | None = None) -> CallRecord:
+        """dx, dgamma and dbeta (overwritten) of :meth:`layer_norm_fwd` from the saved mean and
+        rstd; params as there."""
+
+    def rms_norm_fwd(self, x: int, gamma: int, y: int, rstd: int, params: dict[str, Any],
+                     stream: Stream | None = None) -> CallRecord:
+        """``y = x * rsqrt(mean(x^2) + eps) * gamma`` over the last axis, saving rstd; params as
+        :meth:`layer_norm_fwd`."""
+
     def rms_norm_bwd(self, dy: int, x: int, gamma: int, rstd: int, dx: int, dgamma: int,
-                     params: dict, stream=None) -> CallRecord: ...
-    def softmax_fwd(self, x: int, y: int, params: dict, stream=None) -> CallRecord: ...
-    def softmax_bwd(self, y: int, dy: int, dx: int, params: dict, stream=None) -> CallRecord: ...
-    def pool2d_fwd(self, x: int, y: int, params: dict, indices: int | None = None,
-                   stream=None) -> CallRecord: ...
-    def pool2d_bwd(self, dy: int, dx: int, params: dict, indices: int | None = None,
-                   stream=None) -> CallRecord: ...
+                     params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """dx and dgamma (overwritten) of :meth:`rms_norm_fwd` from the saved rstd."""
+
+    def softmax_fwd(self, x: int, y: int, params: dict[str, Any],
+                    stream: Stream | None = None) -> CallRecord:
+        """Softmax over the last axis (log-softmax when ``params["log"]``); rows, cols, dtype."""
+
+    def softmax_bwd(self, y: int, dy: int, dx: int, params: dict[str, Any],
+                    stream: Stream | None = None) -> CallRecord:
+        """dx of :meth:`softmax_fwd` from its output y and dy; params as there."""
+
+    def pool2d_fwd(self, x: int, y: int, params: dict[str, Any], indices: int | None = None,
+                   stream: Stream | None = None) -> CallRecord:
+        """2-D max or average pooling over NCHW (``params``: n, c, h, w, kernel, stride, padding,
+        mode, dtype); max pooling writes the argmax (int64, one per output) to ``indices``,
+        which it requires."""
+
+    def pool2d_bwd(self, dy: int, dx: int, params: dict[str, Any], indices: int | None = None,
+                   stream: Stream | None = None) -> CallRecord:
+        """dx of :meth:`pool2d_fwd` (max pooling through the forward's ``indices``)."""
+
     # collectives (NCCL/RCCL/oneCCL-like; shared policy in layers/collectives.py)
-    def communicator(self, devices=None, timeout_s: float | None = None): ...
-    def report(self) -> dict: ...
+    def communicator(self, devices: Sequence[int] | None = None,
+                     timeout_s: float | None = None) -> Communicator:
+        """A communicator with one rank per device of ``devices`` (distinct device indices;
+        default: every device of the runtime's driver), joined by the stack's fabric;
+        ``timeout_s``: the watchdog's simulated timeout (default: the family's).  The caller
+        owns it; its collectives are listed in :meth:`report`.  A family without collectives
+        raises :class:`~fornax.layers.errors.FornaxError`."""
+
+    def report(self) -> dict[str, Any]:
+        """The library's part of the run report: at least ``vendor`` and ``name``; the shared
+        implementation adds formats, shipped images, algorithms, call and workspace counts,
+        every call's choice and reason, and every collective."""
 
 
 class LibraryBase(GemmRoutines, DnnRoutines):
