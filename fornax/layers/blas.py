@@ -44,6 +44,8 @@ ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m
             "float8_e5m2": 1}
 #: workspace rows are aligned like a real allocator's (the order buffer sits in front)
 WORKSPACE_ALIGN = 256
+#: a launch grid (x, y, z) in work-groups
+Grid = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,12 @@ def order_bytes(split: int) -> int:
     return _order_bytes(split)
 
 
+def _reg(name: str | None) -> str:
+    """The register a defining instruction (or an index sum) yields: one always exists here."""
+    assert name is not None, "the instruction defines no register"
+    return name
+
+
 class _Gen:
     """Emits one kernel's common pieces: sizes, tile indices, the epilogue."""
 
@@ -109,12 +117,15 @@ class _Gen:
 
     def scalar(self, name: str, dtype: str) -> str:
         self.kb.param(name, "scalar", dtype)
-        return self.kb.emit(isa.ScalarArg(self.kb.reg(), name))
+        return _reg(self.kb.emit(isa.ScalarArg(self.kb.reg(), name)))
 
-    def tiles(self, pid_m: str, pid_n: str, m_r: str, n_r: str):
+    def tiles(self, pid_m: str, pid_n: str, m_r: str, n_r: str) -> tuple[str, str, str, str]:
+        """Row and column indices of the output tile, and their in-bounds masks."""
         kb, (bm, bn, _) = self.kb, self.v.tile
-        rm = kb.emit(isa.Reshape(kb.reg(), kb.iadd(kb.imul(pid_m, bm), kb.arange(bm)), (bm, 1)))
-        rn = kb.emit(isa.Reshape(kb.reg(), kb.iadd(kb.imul(pid_n, bn), kb.arange(bn)), (1, bn)))
+        rm = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_m, bm), kb.arange(bm))),
+                                      (bm, 1))))
+        rn = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_n, bn), kb.arange(bn))),
+                                      (1, bn))))
         mask_m, mask_n = kb.binary("lt", rm, m_r), kb.binary("lt", rn, n_r)
         return rm, rn, mask_m, mask_n
 
@@ -128,23 +139,23 @@ class _Gen:
         if scale is not None:
             x = kb.binary("mul", x, scale)
         x = kb.binary("mul", x, alpha)
-        c_off = kb.iadd(c_base, kb.binary("add", kb.binary("mul", rm, n_r), rn))
+        c_off = _reg(kb.iadd(c_base, kb.binary("add", kb.binary("mul", rm, n_r), rn)))
         if beta is not None:
-            old = kb.emit(isa.Load(kb.reg(), pc, c_off, out_mask))
-            x = kb.binary("add", x, kb.binary("mul", kb.emit(isa.Convert(kb.reg(), old, dt)), beta))
+            old = _reg(kb.emit(isa.Load(kb.reg(), pc, c_off, out_mask)))
+            x = kb.binary("add", x, kb.binary("mul", _reg(kb.emit(isa.Convert(kb.reg(), old, dt))), beta))
         if pbias is not None:
-            bias = kb.emit(isa.Load(kb.reg(), pbias, rn, mask_n))
-            x = kb.binary("add", x, kb.emit(isa.Convert(kb.reg(), bias, dt)))
+            bias = _reg(kb.emit(isa.Load(kb.reg(), pbias, rn, mask_n)))
+            x = kb.binary("add", x, _reg(kb.emit(isa.Convert(kb.reg(), bias, dt))))
         if v.act == "relu":
             x = kb.unary("relu", x)
         elif v.act == "gelu":
             x = _gelu(kb, x, dt, "tanh")
         elif v.act == "silu":
             x = kb.binary("mul", x, kb.unary("sigmoid", x))
-        kb.emit(isa.Store(pc, c_off, kb.emit(isa.Convert(kb.reg(), x, v.out)), out_mask))
+        kb.emit(isa.Store(pc, c_off, _reg(kb.emit(isa.Convert(kb.reg(), x, v.out))), out_mask))
         return sum(isinstance(i, (isa.Unary, isa.Binary)) for i in kb.body[start:])
 
-    def meta(self, group_size: int, smem: int) -> dict:
+    def meta(self, group_size: int, smem: int) -> dict[str, object]:
         bm, bn, bk = self.v.tile
         acc_words = 2 if self.v.acc == "float64" else 1
         return dict(group_size=group_size, kind="gemm", tile=[bm, bn, bk], shared_memory=smem,
@@ -183,14 +194,14 @@ def gemm_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
     else:
         batch_id, k0, kend, stop = pid_z, None, k_r, k_r
     rm, rn, mask_m, mask_n = g.tiles(pid_m, pid_n, m_r, n_r)
-    rk_row = kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (1, bk)))
-    rk_col = kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (bk, 1)))
+    rk_row = _reg(kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (1, bk))))
+    rk_col = _reg(kb.emit(isa.Reshape(kb.reg(), kb.arange(bk), (bk, 1))))
     a_base = kb.binary("mul", batch_id, sa)
     b_base = kb.binary("mul", batch_id, sb)
-    acc = kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, v.acc), (bm, bn)))
+    acc = _reg(kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, v.acc), (bm, bn))))
     loop_start = len(kb.body)
     kvar = "%k"
-    kk = kb.iadd(kvar, k0)
+    kk = _reg(kb.iadd(kvar, k0))
     ka = kb.binary("add", rk_row, kk)            # (1, bk): K index of A's columns
     kbv = kb.binary("add", rk_col, kk)           # (bk, 1): K index of B's rows
     if v.trans_a:                                # A stored k x m
@@ -203,8 +214,8 @@ def gemm_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
         b_off = kb.binary("add", kb.binary("mul", kbv, n_r), rn)
     a_mask = kb.binary("and", mask_m, kb.binary("lt", ka, kend))
     b_mask = kb.binary("and", kb.binary("lt", kbv, kend), mask_n)
-    ta = kb.emit(isa.Load(kb.reg(), pa, kb.binary("add", a_base, a_off), a_mask))
-    tb = kb.emit(isa.Load(kb.reg(), pb, kb.binary("add", b_base, b_off), b_mask))
+    ta = _reg(kb.emit(isa.Load(kb.reg(), pa, kb.binary("add", a_base, a_off), a_mask)))
+    tb = _reg(kb.emit(isa.Load(kb.reg(), pb, kb.binary("add", b_base, b_off), b_mask)))
     if v.tf32:
         ta, tb = kb.unary("tf32", ta), kb.unary("tf32", tb)
     kb.emit(isa.Dot(acc, ta, tb, acc, v.acc))
@@ -219,10 +230,10 @@ def gemm_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
         base = kb.binary("mul", pid_z, kb.binary("mul", m_r, n_r))
         off = kb.binary("add", base, kb.binary("add", kb.binary("mul", rm, n_r), rn))
         kb.emit(isa.Store(pc, off, acc, out_mask))
-        per = {"bytes_written": ITEMSIZE[v.acc]}
+        per: dict[str, object] = {"bytes_written": ITEMSIZE[v.acc]}
     else:
         ops = g.epilogue(acc, pc, pbias, kb.binary("mul", batch_id, sc), rm, rn, n_r, mask_n,
-                         out_mask, alpha, beta, scale)
+                         out_mask, _reg(alpha), beta, scale)
         per = {"vector_flops": {v.acc: ops}, "bytes_written": out_item,
                "bytes_read": (out_item if v.beta else 0) + (out_item / bm if v.bias else 0)}
     program = kb.program(**g.meta(group_size, (bm * bk + bk * bn) * ITEMSIZE[v.dtype]))
@@ -257,11 +268,11 @@ def reduce_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
     mn = kb.binary("mul", m_r, n_r)
     within = kb.binary("add", kb.binary("mul", rm, n_r), rn)
     first = kb.binary("mul", pid_b, kb.const(v.split, "int64"))
-    acc = kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, v.acc), (bm, bn)))
+    acc = _reg(kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, v.acc), (bm, bn))))
     loop_start = len(kb.body)
-    slot = kb.emit(isa.Load(kb.reg(), porder, "%s", None))            # which slice comes next
+    slot = _reg(kb.emit(isa.Load(kb.reg(), porder, "%s", None)))            # which slice comes next
     off = kb.binary("add", kb.binary("mul", kb.binary("add", first, slot), mn), within)
-    part = kb.emit(isa.Load(kb.reg(), pws, off, out_mask))
+    part = _reg(kb.emit(isa.Load(kb.reg(), pws, off, out_mask)))
     kb.emit(isa.Binary(acc, "add", acc, part))
     body = tuple(kb.body[loop_start:])
     del kb.body[loop_start:]
@@ -279,7 +290,7 @@ def reduce_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
     return program
 
 
-def grids(v: GemmVariant, m: int, n: int, batch: int) -> tuple[tuple, tuple | None]:
+def grids(v: GemmVariant, m: int, n: int, batch: int) -> tuple[Grid, Grid | None]:
     """Launch grids of the main kernel and (split-K) the reduction."""
     bm, bn, _ = v.tile
     gx, gy = math.ceil(n / bn), math.ceil(m / bm)

@@ -4,477 +4,177 @@ A library sits on the runtime seam, like cuBLAS on the CUDA runtime.  It
 ships its kernels as binaries in its family's format for a list of targets
 (``vendor.toml`` ``[library]``); on a device outside that list it fails the
 way real libraries do, unless one of its images is a virtual ISA the driver
-can JIT for the device.  Each call picks an algorithm (a tile
-configuration, maybe split-K) by a heuristic over shape, dtype and compute
-units, or by an autotuner that prices every candidate with the simulator's
-cost model, and says why.
+can JIT for the device.  Each call picks an algorithm by a heuristic over
+shape, dtype and compute units (or, for GEMM, by an autotuner that prices
+every candidate with the simulator's cost model), and says why.
 
-GEMM is cuBLASLt-shaped (see :mod:`fornax.layers.blas` for the kernels)::
+:class:`Library` is the seam's contract: everything a front end, the
+compiler's plans, the stack, the report, ``compare``, ``qualify`` and the
+conformance suites call on a library.  :class:`LibraryBase` is the shared
+implementation a family subclasses; it composes
 
-    C[b] = act(alpha * a_scale * b_scale * op(A[b]) @ op(B[b]) + beta * C[b] + bias)
+* :mod:`fornax.layers.library_core` -- facts, shipped images, the call log;
+* :mod:`fornax.layers.gemm` -- GEMM (cuBLASLt-shaped; kernels in :mod:`fornax.layers.blas`);
+* :mod:`fornax.layers.dnn` -- convolution, attention, norms, softmax, pooling;
+* :mod:`fornax.layers.collectives` -- communicators (NCCL/RCCL/oneCCL-like).
 
-``params`` (only ``m``, ``n``, ``k``, ``dtype`` are required):
-
-========================  =====================================================================
-``m n k batch``           sizes; ``batch`` defaults to 1
-``dtype``                 A and B: float32, float16, bfloat16, float64, float8_e4m3fn, float8_e5m2
-``out_dtype``             C: the input dtype (bfloat16 for fp8 inputs), or one the family lists
-``trans_a trans_b``       the operand is stored transposed (A: k x m, B: n x k)
-``stride_a stride_b       elements between batches; default packed (B: 0 unless ``b_batched``)
-stride_c``
-``b_batched``             legacy switch: B has a batch dimension (packed stride ``k*n``)
-``alpha beta``            scalars (default 1 and 0); with ``beta == 0`` C is not read
-``bias``                  device address of ``n`` elements of the output dtype, added per column
-``activation``            none, relu, gelu (tanh approximation), silu
-``a_scale b_scale``       per-tensor scales of fp8 inputs (host floats)
-``tf32``                  float32 inputs rounded to TF32 before the multiply (families with a
-                          TF32 mode)
-``algorithm``             force an algorithm by name
-``autotune``              pick by the cost model (default: the library's ``autotune``)
-``deterministic``         split-K reduction order (default: the library's ``deterministic``)
-``workspace_limit``       most workspace bytes an algorithm may use (default: the family's)
-========================  =====================================================================
+Every routine takes device addresses (ints, the current device's primary
+context) and a ``params`` dict, orders its work on ``stream`` (the default
+stream when None), returns a :class:`~fornax.layers.call_record.CallRecord`
+and appends it to ``calls``.  Failures the caller can cause are
+:class:`~fornax.layers.errors.LibraryError`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
-from ..sim.cost import kernel_cost
-from ..sim.device import estimate_counters
-from ..sim.isa import Program
-from . import blas
-from .binary import KernelBinary
+from .call_record import CallRecord
+from .collectives import Communicator
 from .dnn import DnnRoutines
-from .driver import arch_number
-from .errors import LibraryError
-from .runtime import Runtime, Stream
-from .tiling import choose_gemm_tile
+from .gemm import SPLIT_K_FILL, SPLIT_K_MIN_STEPS, Algorithm, GemmProblem, GemmRoutines
+from .library_core import LibraryCore, ShippedImage
+from .runtime import Stream
 
-#: a split-K algorithm is considered when the output tiles fill less than this share of the units
-SPLIT_K_FILL = 0.5
-#: ... and K cuts into slices of at least this many whole k-steps
-SPLIT_K_MIN_STEPS = 4
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    name: str
-    tile: tuple[int, int, int]
-    split_k: int = 1
-    dtypes: frozenset | None = None          # None: every dtype the library supports
-
-    def k_tile(self, dtype: str) -> int:
-        """K depth for ``dtype``: one k-step moves the bytes the listed depth moves in 4-byte
-        elements (fp16/bf16 twice as deep, fp8 four times, fp64 half)."""
-        return max(8, self.tile[2] * 4 // blas.ITEMSIZE[dtype])
-
-    def effective(self, dtype: str) -> tuple[int, int, int]:
-        return (self.tile[0], self.tile[1], self.k_tile(dtype))
-
-
-@dataclass
-class CallRecord:
-    routine: str
-    algorithm: str
-    reason: str
-    image: str                     # "format:target" of the kernel image used
-    shape: tuple
-    workspace: int = 0             # bytes of workspace the call allocated (and released)
-    #: autotune: algorithm name -> predicted seconds (the cost model's price of each candidate)
-    predictions: dict = field(default_factory=dict)
-    options: dict = field(default_factory=dict)
+__all__ = ["SPLIT_K_FILL", "SPLIT_K_MIN_STEPS", "Algorithm", "CallRecord", "GemmProblem", "Library",
+           "LibraryBase", "LibraryCore", "ShippedImage"]
 
 
 @runtime_checkable
 class Library(Protocol):
+    """What the rest of fornax calls on a library.
+
+    Addresses are device virtual addresses (ints) in the current device's primary context,
+    owned by the caller (a routine never frees or keeps them); element counts and strides are
+    in elements, workspace in bytes, times in simulated seconds.  A routine's launches are
+    ordered on ``stream`` (the runtime's default stream when None) after the work already
+    queued there, and complete asynchronously: the caller synchronises before reading
+    results on the host.  Every routine validates its ``params`` before launching anything
+    and raises :class:`~fornax.layers.errors.LibraryError` (what was wrong, and a hint) for a
+    bad argument, an unsupported dtype or size, or a device the library ships no image for;
+    runtime and driver errors of the launches pass through unchanged.  Each successful call
+    returns its :class:`CallRecord` and appends the same record to :attr:`calls`."""
+
+    #: the family's name (``vendor.toml`` ``name``), as every seam of the family reports it
     vendor: str
+    #: the library's own name (``[library] name``: "cublas-like", ...), used in kernel names
     name: str
 
-    def formats(self) -> tuple[str, ...]: ...
-    def ops(self) -> frozenset: ...
-    def gemm(self, a: int, b: int, c: int, params: dict, stream: Stream | None = None) -> CallRecord: ...
-    # DNN-like routines (shared policy in layers/dnn.py; device addresses plus a params dict)
-    def conv2d_fwd(self, x: int, w: int, y: int, params: dict, stream=None) -> CallRecord: ...
-    def conv2d_bwd_data(self, dy: int, w: int, dx: int, params: dict, stream=None) -> CallRecord: ...
-    def conv2d_bwd_weights(self, x: int, dy: int, dw: int, params: dict, stream=None) -> CallRecord: ...
-    def attention_fwd(self, q: int, k: int, v: int, o: int, lse: int, params: dict,
-                      stream=None) -> CallRecord: ...
-    def attention_bwd(self, q: int, k: int, v: int, o: int, do: int, lse: int, dq: int, dk: int,
-                      dv: int, params: dict, stream=None) -> CallRecord: ...
-    def layer_norm_fwd(self, x: int, gamma: int, beta: int, y: int, mean: int, rstd: int,
-                       params: dict, stream=None) -> CallRecord: ...
-    def layer_norm_bwd(self, dy: int, x: int, gamma: int, mean: int, rstd: int, dx: int,
-                       dgamma: int, dbeta: int, params: dict, stream=None) -> CallRecord: ...
-    def rms_norm_fwd(self, x: int, gamma: int, y: int, rstd: int, params: dict,
-                     stream=None) -> CallRecord: ...
-    def rms_norm_bwd(self, dy: int, x: int, gamma: int, rstd: int, dx: int, dgamma: int,
-                     params: dict, stream=None) -> CallRecord: ...
-    def softmax_fwd(self, x: int, y: int, params: dict, stream=None) -> CallRecord: ...
-    def softmax_bwd(self, y: int, dy: int, dx: int, params: dict, stream=None) -> CallRecord: ...
-    def pool2d_fwd(self, x: int, y: int, params: dict, indices: int | None = None,
-                   stream=None) -> CallRecord: ...
-    def pool2d_bwd(self, dy: int, dx: int, params: dict, indices: int | None = None,
-                   stream=None) -> CallRecord: ...
-    # collectives (NCCL/RCCL/oneCCL-like; shared policy in layers/collectives.py)
-    def communicator(self, devices=None, timeout_s: float | None = None): ...
-    def report(self) -> dict: ...
-
-
-@dataclass(frozen=True)
-class GemmProblem:
-    """A validated GEMM call."""
-
-    m: int
-    n: int
-    k: int
-    batch: int
-    dtype: str
-    out: str
-    trans_a: bool
-    trans_b: bool
-    strides: tuple[int, int, int]
-    alpha: float
-    beta: float
-    bias: int | None
-    act: str
-    scale: float
-    tf32: bool
-
-    def variant(self, algo: Algorithm) -> blas.GemmVariant:
-        return blas.GemmVariant(self.dtype, self.out, algo.effective(self.dtype), self.trans_a,
-                                self.trans_b, self.beta != 0, self.bias is not None, self.act,
-                                self.tf32, algo.split_k, self.strides[1] != 0)
-
-    def workspace(self, algo: Algorithm) -> int:
-        acc = "float64" if self.dtype == "float64" else "float32"
-        return blas.workspace_bytes(algo.split_k, self.batch, self.m, self.n, acc)
-
-
-class LibraryBase(DnnRoutines):
-    """Shared library policy; a vendor subclass sets ``vendor``, ``facts`` and ``encoders``.
-
-    The DNN routines (``fornax.layers.dnn``) are mixed in."""
-
-    seam = "library"
-    vendor = "base"
-    facts: dict = {}
-
-    #: vendor hook: shipped format -> encoder(programs, target, producer) -> KernelBinary
-    encoders: dict = {}
-
-    def build(self, programs: list[Program], fmt: str, target: str) -> KernelBinary:
-        """Pack kernels into one shipped image of ``fmt`` for ``target``."""
-        return self.encoders[fmt](programs, target, f"{self.vendor} {self.name}")
-
-    # -- shared ------------------------------------------------------------------------
-    def __init__(self, runtime: Runtime):
-        lib = self.facts["library"]
-        self.runtime = runtime
-        self.name: str = lib["name"]
-        self.shipped: list[dict] = list(lib["shipped"])
-        self.algorithms = [Algorithm(a["name"], tuple(a["tile"]), int(a.get("split_k", 1)),
-                                     frozenset(a["dtypes"]) if "dtypes" in a else None)
-                           for a in lib["gemm_algorithms"]]
-        self.dtypes = frozenset(lib["gemm_dtypes"])
-        #: input dtype -> output dtypes allowed besides the input's own
-        self.out_dtypes: dict = {d: list(v) for d, v in lib.get("gemm_out_dtypes", {}).items()}
-        self.tf32_mode: str | None = lib.get("tf32_mode")
-        self.group_size = lib["group_size"]
-        #: library options (cublasLtMatmulPreference / a handle's math and determinism settings)
-        self.autotune: bool = bool(lib.get("autotune", False))
-        self.deterministic: bool = bool(lib.get("deterministic", True))
-        self.workspace_limit: int = int(lib.get("workspace_limit", 32 << 20))
-        self._order_rng = np.random.default_rng(int(lib.get("reduction_seed", 0)))
-        self._images: dict[tuple, KernelBinary] = {}
-        self._tuned: dict[tuple, tuple] = {}
-        self.calls: list[CallRecord] = []
-        self.collective_records: list = []     # every collective of this library's communicators
+    @property
+    def calls(self) -> Sequence[CallRecord]:
+        """Every routine call this library has made, oldest first (GEMM and DNN routines;
+        collectives are in the communicator's records).  The library owns and appends to it;
+        callers read it (the report counts it and lists it as ``algorithms_chosen``)."""
 
     def formats(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(s["format"] for s in self.shipped))
+        """The binary formats of the images the library ships, each once, in the order
+        ``[library] shipped`` lists them; the stack refuses to compose when the driver loads
+        none of them."""
 
-    def ops(self) -> frozenset:
-        return frozenset(self.facts["library"]["ops"])
+    def ops(self) -> frozenset[str]:
+        """Names of the graph ops the library computes as one routine (``[library] ops``); the
+        compiler routes an op to the library only when its family's policy and this set agree."""
 
-    def _error(self, message: str, hint: str | None = None) -> LibraryError:
-        return LibraryError(message, seam="library", vendor=self.vendor, op=self.name, hint=hint)
+    def gemm(self, a: int, b: int, c: int, params: dict[str, Any],
+             stream: Stream | None = None) -> CallRecord:
+        """``C[b] = act(alpha * scale * op(A[b]) @ op(B[b]) + beta * C[b] + bias)`` for every
+        batch, written over ``c``; ``params`` as :mod:`fornax.layers.gemm` lists them (``m``,
+        ``n``, ``k``, ``dtype`` required).  A split-K algorithm allocates its workspace on
+        ``stream`` and frees it before returning (the record's ``workspace`` bytes)."""
 
-    # -- algorithm choice ------------------------------------------------------------------
-    def _candidates(self, dtype: str, workspace=lambda a: 0, limit: int | None = None) -> list:
-        limit = self.workspace_limit if limit is None else limit
-        return [a for a in self.algorithms
-                if (a.dtypes is None or dtype in a.dtypes) and workspace(a) <= limit]
+    # DNN-like routines (shared policy in layers/dnn.py); tensors are contiguous: NCHW for
+    # convolution and pooling, [batch, heads, seq, head_dim] for attention, [rows, cols] for
+    # norms and softmax; saved statistics (lse, mean, rstd) are float32
+    def conv2d_fwd(self, x: int, w: int, y: int, params: dict[str, Any],
+                   stream: Stream | None = None) -> CallRecord:
+        """``y = conv2d(x, w)``: x [n, c, h, w], w [k, c/groups, r, s], y [n, k, p, q];
+        ``params``: n, c, h, w, k, r, s, stride, padding, dilation (ints or pairs), groups, dtype."""
 
-    def choose(self, m: int, n: int, batch: int, k: int | None = None, dtype: str = "float32",
-               candidates: list | None = None) -> tuple[Algorithm, str]:
-        """The heuristic: the shared tile rule (layers/tiling.py) over the family's one-pass
-        algorithms by shape; split-K when the output tiles leave most units idle and K is
-        long; the K depth of every tile follows the dtype (``Algorithm.k_tile``)."""
-        algos = self._candidates(dtype) if candidates is None else candidates
-        plain = [a for a in algos if a.split_k == 1]
-        if not plain:
-            raise self._error(f"no gemm algorithm of {self.name} supports {dtype} within the "
-                              "workspace limit")
-        units = self.runtime.driver.properties(self.runtime.current_device()).compute_units
-        i, why = choose_gemm_tile(m, n, batch, units, [a.tile for a in plain])
-        algo = plain[i]
-        bk = algo.k_tile(dtype)
-        why = f"{why}; k tile {bk} for {dtype}"
-        count = math.ceil(m / algo.tile[0]) * math.ceil(n / algo.tile[1]) * batch
-        if k is not None and count < SPLIT_K_FILL * units:
-            best = None
-            for a in algos:
-                if a.split_k <= 1:
-                    continue
-                tiles = math.ceil(m / a.tile[0]) * math.ceil(n / a.tile[1]) * batch
-                steps = k // (a.split_k * a.k_tile(dtype))
-                if steps < SPLIT_K_MIN_STEPS or k % (a.split_k * a.k_tile(dtype)):
-                    continue
-                score = (min(tiles * a.split_k, units), -a.split_k)
-                if best is None or score > best[0]:
-                    best = (score, a, tiles, steps)
-            if best is not None and best[0][0] > count:
-                _, algo, tiles, steps = best
-                why = (f"split-K {algo.split_k}: {tiles} output tiles fill {tiles}/{units} units, "
-                       f"{tiles * algo.split_k} tiles with K cut in {algo.split_k} "
-                       f"({steps} k-steps of {algo.k_tile(dtype)} each); {why}")
-        return algo, why
+    def conv2d_bwd_data(self, dy: int, w: int, dx: int, params: dict[str, Any],
+                        stream: Stream | None = None) -> CallRecord:
+        """``dx`` (the input gradient) from dy [n, k, p, q] and w; params as :meth:`conv2d_fwd`."""
 
-    def predict(self, problem: GemmProblem, algo: Algorithm) -> float:
-        """Simulated seconds of ``algo`` on ``problem``: its kernels' attached estimates priced by
-        the cost model with the current device's spec (what a shape-only device would charge)."""
-        spec = self._spec()
-        v = problem.variant(algo)
-        main, red = self._programs(v)
-        g_main, g_red = blas.grids(v, problem.m, problem.n, problem.batch)
-        args = self._fake_args(problem, v)
-        total = kernel_cost(spec, estimate_counters(main, g_main, args), main.meta).duration_s
-        if red is not None:
-            total += kernel_cost(spec, estimate_counters(red, g_red, args), red.meta).duration_s
-        return total
+    def conv2d_bwd_weights(self, x: int, dy: int, dw: int, params: dict[str, Any],
+                           stream: Stream | None = None) -> CallRecord:
+        """``dw`` (the filter gradient) from x and dy; params as :meth:`conv2d_fwd`."""
 
-    def _spec(self):
-        driver = self.runtime.driver
-        accessor = getattr(driver, "device_spec", None)
-        if accessor is None:
-            raise self._error(f"autotune needs the device's chip spec; the {driver.vendor} driver "
-                              "has no device_spec(index)", hint="call gemm without autotune")
-        return accessor(self.runtime.current_device())
+    def attention_fwd(self, q: int, k: int, v: int, o: int, lse: int, params: dict[str, Any],
+                      stream: Stream | None = None) -> CallRecord:
+        """``o = softmax(scale q k^T [causal]) v`` and the row log-sum-exp ``lse`` [batch, heads,
+        seq_q]; ``params``: batch, heads, seq_q, seq_k, head_dim, causal, scale, dtype."""
 
-    @staticmethod
-    def _fake_args(p: GemmProblem, v: blas.GemmVariant) -> dict:
-        """Launch arguments for pricing: buffers laid out back to back from 0."""
-        item, out = blas.ITEMSIZE[v.dtype], blas.ITEMSIZE[v.out]
-        a_end = p.batch * p.m * p.k * item
-        b_end = a_end + (p.batch if v.b_batched else 1) * p.k * p.n * item
-        c_end = b_end + p.batch * p.m * p.n * out
-        ks = math.ceil(p.k / v.split)
-        return {"a": 0, "b": a_end, "c": b_end, "ws": c_end, "order": c_end, "bias": c_end,
-                "m": p.m, "n": p.n, "k": p.k, "ks": ks}
+    def attention_bwd(self, q: int, k: int, v: int, o: int, do: int, lse: int, dq: int, dk: int,
+                      dv: int, params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """dq, dk and dv (overwritten) from q, k, v, the forward's o and lse, and do; params as
+        :meth:`attention_fwd`."""
 
-    # -- images and kernels ----------------------------------------------------------------
-    def _image_for(self, target: str, loadable: tuple[str, ...]) -> dict:
-        candidates = [s for s in self.shipped if s["format"] in loadable]
-        for s in candidates:
-            if s.get("rule") == "exact" and s["target"] == target:
-                return s
-        have = arch_number(target)
-        for s in candidates:
-            need = arch_number(s["target"])
-            if s.get("rule") == "virtual" and have is not None and need is not None and need <= have:
-                return s
-        for s in candidates:
-            if s.get("rule") == "il":
-                return s
-        shipped = ", ".join(f"{s['format']}:{s['target']}" for s in self.shipped)
-        raise self._error(f"no kernel image for {target} (shipped: {shipped})",
-                          hint="use a device this library was built for, or a library build "
-                               "that includes this arch")
+    def layer_norm_fwd(self, x: int, gamma: int, beta: int, y: int, mean: int, rstd: int,
+                       params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """``y = (x - mean) * rstd * gamma + beta`` over the last axis, saving mean and rstd (one
+        per row); ``params``: rows, cols, eps (default 1e-5), dtype."""
 
-    def _names(self, v: blas.GemmVariant) -> tuple[str, str]:
-        base = f"{self.name}_gemm_{v.tag()}"
-        return base, f"{base}_reduce"
+    def layer_norm_bwd(self, dy: int, x: int, gamma: int, mean: int, rstd: int, dx: int,
+                       dgamma: int, dbeta: int, params: dict[str, Any],
+                       stream: Stream | None = None) -> CallRecord:
+        """dx, dgamma and dbeta (overwritten) of :meth:`layer_norm_fwd` from the saved mean and
+        rstd; params as there."""
 
-    def _programs(self, v: blas.GemmVariant) -> tuple[Program, Program | None]:
-        cache = self.__dict__.setdefault("_programs_cache", {})
-        if v not in cache:
-            main_name, red_name = self._names(v)
-            cache[v] = (blas.gemm_program(main_name, v, self.group_size),
-                        blas.reduce_program(red_name, v, self.group_size) if v.split > 1 else None)
-        return cache[v]
+    def rms_norm_fwd(self, x: int, gamma: int, y: int, rstd: int, params: dict[str, Any],
+                     stream: Stream | None = None) -> CallRecord:
+        """``y = x * rsqrt(mean(x^2) + eps) * gamma`` over the last axis, saving rstd; params as
+        :meth:`layer_norm_fwd`."""
 
-    def _module(self, v: blas.GemmVariant):
-        dev = self.runtime.current_device()
-        props = self.runtime.driver.properties(dev)
-        image = self._image_for(props.target, self.runtime.driver.loadable_formats(dev))
-        key = (v, image["format"], image["target"])
-        if key not in self._images:
-            self._images[key] = self.build([p for p in self._programs(v) if p is not None],
-                                           image["format"], image["target"])
-        return self.runtime.load_module(self._images[key]), image
+    def rms_norm_bwd(self, dy: int, x: int, gamma: int, rstd: int, dx: int, dgamma: int,
+                     params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """dx and dgamma (overwritten) of :meth:`rms_norm_fwd` from the saved rstd."""
 
-    # -- GEMM --------------------------------------------------------------------------------
-    def _problem(self, params: dict) -> GemmProblem:
-        if not isinstance(params, dict):
-            raise self._error(f"gemm params must be a dict, got {type(params).__name__}")
-        missing = [key for key in ("m", "n", "k", "dtype") if key not in params]
-        if missing:
-            raise self._error(f"gemm params lack {', '.join(missing)}",
-                              hint="pass m, n, k and dtype (and optionally batch, strides, ...)")
-        sizes = {key: params.get(key, 1) for key in ("m", "n", "k", "batch")}
-        for key, val in sizes.items():
-            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val <= 0:
-                raise self._error("gemm sizes must be positive, got "
-                                  + " ".join(f"{k}={v!r}" for k, v in sizes.items()))
-        m, n, k, batch = (int(sizes[key]) for key in ("m", "n", "k", "batch"))
-        dtype = params["dtype"]
-        dtype = getattr(dtype, "value", dtype)
-        if dtype not in self.dtypes:
-            raise self._error(f"gemm does not support {dtype} (supports {', '.join(sorted(self.dtypes))})")
-        fp8 = dtype in blas.FP8
-        out = params.get("out_dtype") or ("bfloat16" if fp8 else dtype)
-        out = getattr(out, "value", out)
-        allowed = ([] if fp8 else [dtype]) + self.out_dtypes.get(dtype, [])
-        if out not in allowed:
-            raise self._error(f"gemm with {dtype} inputs cannot write {out} "
-                              f"(outputs: {', '.join(allowed) or 'none'})")
-        flags = {}
-        for key in ("trans_a", "trans_b", "tf32", "b_batched"):
-            val = params.get(key, False)
-            if not isinstance(val, (bool, np.bool_)):
-                raise self._error(f"gemm {key} must be true or false, got {val!r}")
-            flags[key] = bool(val)
-        if flags["tf32"]:
-            if self.tf32_mode is None:
-                raise self._error(f"{self.name} has no TF32 mode", hint="call without tf32")
-            if dtype != "float32":
-                raise self._error(f"tf32 applies to float32 inputs, not {dtype}")
-        packed = (m * k, k * n if (flags["b_batched"] or batch == 1) else 0, m * n)
-        strides = []
-        for key, default in zip(("stride_a", "stride_b", "stride_c"), packed):
-            val = params.get(key, default)
-            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 0:
-                raise self._error(f"gemm {key} must be a non-negative integer, got {val!r}")
-            strides.append(int(val))
-        if batch > 1 and strides[2] < m * n:
-            raise self._error(f"stride_c={strides[2]} is smaller than m*n={m * n}: the batches' "
-                              "outputs would overlap", hint="use stride_c >= m*n")
-        scalars = {}
-        for key, default in (("alpha", 1.0), ("beta", 0.0), ("a_scale", 1.0), ("b_scale", 1.0)):
-            val = params.get(key, default)
-            if not isinstance(val, (int, float, np.integer, np.floating)) or isinstance(val, bool) \
-                    or not math.isfinite(val):
-                raise self._error(f"gemm {key} must be a finite number, got {val!r}")
-            scalars[key] = float(val)
-        if not fp8 and (scalars["a_scale"] != 1.0 or scalars["b_scale"] != 1.0):
-            raise self._error(f"a_scale and b_scale apply to fp8 inputs, not {dtype}")
-        act = params.get("activation", "none") or "none"
-        if act not in blas.ACTIVATIONS:
-            raise self._error(f"unknown gemm activation {act!r} (known: {', '.join(blas.ACTIVATIONS)})")
-        bias = params.get("bias")
-        if bias is not None and (not isinstance(bias, (int, np.integer)) or isinstance(bias, bool)):
-            raise self._error(f"gemm bias must be a device address, got {bias!r}")
-        return GemmProblem(m, n, k, batch, dtype, out, flags["trans_a"], flags["trans_b"],
-                           tuple(strides), scalars["alpha"], scalars["beta"],
-                           None if bias is None else int(bias), act,
-                           scalars["a_scale"] * scalars["b_scale"], flags["tf32"])
+    def softmax_fwd(self, x: int, y: int, params: dict[str, Any],
+                    stream: Stream | None = None) -> CallRecord:
+        """Softmax over the last axis (log-softmax when ``params["log"]``); rows, cols, dtype."""
 
-    def select(self, problem: GemmProblem, params: dict | None = None) -> tuple[Algorithm, str, dict]:
-        """The algorithm for ``problem``: forced, autotuned or heuristic; and the predictions."""
-        params = params or {}
-        limit = params.get("workspace_limit", self.workspace_limit)
-        if not isinstance(limit, (int, np.integer)) or isinstance(limit, bool) or limit < 0:
-            raise self._error(f"gemm workspace_limit must be a non-negative integer, got {limit!r}")
-        candidates = self._candidates(problem.dtype, problem.workspace, int(limit))
-        forced = params.get("algorithm")
-        if forced is not None:
-            algo = next((a for a in self.algorithms if a.name == forced), None)
-            if algo is None:
-                raise self._error(f"unknown gemm algorithm {forced!r} (known: "
-                                  f"{', '.join(a.name for a in self.algorithms)})")
-            if algo not in candidates:
-                raise self._error(f"algorithm {forced} does not run {problem.dtype} within a workspace "
-                                  f"of {limit} bytes (needs {problem.workspace(algo)})")
-            return algo, "requested by the caller", {}
-        tune = params.get("autotune", self.autotune)
-        if not tune:
-            algo, why = self.choose(problem.m, problem.n, problem.batch, problem.k, problem.dtype,
-                                    candidates)
-            return algo, why, {}
-        key = (problem, int(limit))
-        if key not in self._tuned:
-            heur, _ = self.choose(problem.m, problem.n, problem.batch, problem.k, problem.dtype,
-                                  candidates)
-            predictions = {a.name: self.predict(problem, a) for a in candidates}
-            best = min(candidates, key=lambda a: (predictions[a.name], a.name != heur.name))
-            why = (f"autotune: fastest of {len(candidates)} by the cost model, "
-                   f"{predictions[best.name] * 1e6:.2f} us (heuristic {heur.name}: "
-                   f"{predictions[heur.name] * 1e6:.2f} us); tile "
-                   f"{'x'.join(map(str, best.effective(problem.dtype)))}")
-            self._tuned[key] = (best, why, predictions)
-        return self._tuned[key]
+    def softmax_bwd(self, y: int, dy: int, dx: int, params: dict[str, Any],
+                    stream: Stream | None = None) -> CallRecord:
+        """dx of :meth:`softmax_fwd` from its output y and dy; params as there."""
 
-    def gemm(self, a: int, b: int, c: int, params: dict, stream: Stream | None = None) -> CallRecord:
-        p = self._problem(params)
-        algo, reason, predictions = self.select(p, params)
-        deterministic = params.get("deterministic", self.deterministic)
-        if not isinstance(deterministic, (bool, np.bool_)):
-            raise self._error(f"gemm deterministic must be true or false, got {deterministic!r}")
-        v = p.variant(algo)
-        module, image = self._module(v)
-        main, red = self._names(v)
-        g_main, g_red = blas.grids(v, p.m, p.n, p.batch)
-        scalars = {"alpha": p.alpha}
-        if v.beta:
-            scalars["beta"] = p.beta
-        if v.scaled:
-            scalars["scale"] = p.scale
-        sizes = {"m": p.m, "n": p.n, "k": p.k, "sa": p.strides[0], "sb": p.strides[1],
-                 "sc": p.strides[2]}
-        bias = {"bias": p.bias} if p.bias is not None else {}
-        rt = self.runtime
-        ws_bytes = p.workspace(algo)
-        if v.split == 1:
-            rt.launch(module, main, g_main, {"a": a, "b": b, "c": c, **bias, **sizes, **scalars}, stream)
-        else:
-            order = np.arange(v.split, dtype=np.int64)
-            if not deterministic:
-                # atomics-like: partial sums land in an order that differs from call to call
-                order = self._order_rng.permutation(v.split).astype(np.int64)
-            ws = rt.malloc(ws_bytes, stream)
-            try:
-                parts = ws + blas.order_bytes(v.split)
-                rt.memcpy_h2d(ws, order, stream)
-                rt.launch(module, main, g_main, {"a": a, "b": b, "c": parts, **sizes,
-                                                 "ks": math.ceil(p.k / v.split)}, stream)
-                rt.launch(module, red, g_red, {"ws": parts, "order": ws, "c": c, **bias, "m": p.m,
-                                               "n": p.n, "sc": p.strides[2], **scalars}, stream)
-            finally:
-                rt.free(ws)
-        options = {"dtype": p.dtype, "out_dtype": p.out, "trans": ("T" if p.trans_a else "N")
-                   + ("T" if p.trans_b else "N"), "alpha": p.alpha, "beta": p.beta,
-                   "activation": p.act, "bias": p.bias is not None, "tf32": p.tf32,
-                   "split_k": v.split, "deterministic": bool(deterministic),
-                   "tile": list(v.tile)}
-        if p.tf32:
-            options["compute"] = self.tf32_mode
-        record = CallRecord("gemm", algo.name, reason, f"{image['format']}:{image['target']}",
-                            (p.batch, p.m, p.n, p.k), ws_bytes, dict(predictions), options)
-        self.calls.append(record)
-        return record
+    def pool2d_fwd(self, x: int, y: int, params: dict[str, Any], indices: int | None = None,
+                   stream: Stream | None = None) -> CallRecord:
+        """2-D max or average pooling over NCHW (``params``: n, c, h, w, kernel, stride, padding,
+        mode, dtype); max pooling writes the argmax (int64, one per output) to ``indices``,
+        which it requires."""
 
-    def communicator(self, devices=None, timeout_s: float | None = None):
+    def pool2d_bwd(self, dy: int, dx: int, params: dict[str, Any], indices: int | None = None,
+                   stream: Stream | None = None) -> CallRecord:
+        """dx of :meth:`pool2d_fwd` (max pooling through the forward's ``indices``)."""
+
+    # collectives (NCCL/RCCL/oneCCL-like; shared policy in layers/collectives.py)
+    def communicator(self, devices: Sequence[int] | None = None,
+                     timeout_s: float | None = None) -> Communicator:
+        """A communicator with one rank per device of ``devices`` (distinct device indices;
+        default: every device of the runtime's driver), joined by the stack's fabric;
+        ``timeout_s``: the watchdog's simulated timeout (default: the family's).  The caller
+        owns it; its collectives are listed in :meth:`report`.  A family without collectives
+        raises :class:`~fornax.layers.errors.FornaxError`."""
+
+    def report(self) -> dict[str, Any]:
+        """The library's part of the run report: at least ``vendor`` and ``name``; the shared
+        implementation adds formats, shipped images, algorithms, call and workspace counts,
+        every call's choice and reason, and every collective."""
+
+
+class LibraryBase(GemmRoutines, DnnRoutines):
+    """Shared library policy; a vendor subclass sets ``vendor``, ``facts`` and ``encoders``.
+
+    GEMM (:mod:`fornax.layers.gemm`) and the DNN routines (:mod:`fornax.layers.dnn`) are
+    mixed in over :class:`~fornax.layers.library_core.LibraryCore`."""
+
+    def communicator(self, devices: Sequence[int] | None = None,
+                     timeout_s: float | None = None) -> Communicator:
         """A communicator with one rank per device of ``devices`` (default: every device);
         ``timeout_s``: the watchdog's simulated timeout (default: the family's)."""
-        from .collectives import Communicator
         return Communicator(self, devices, timeout_s)
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         return {"vendor": self.vendor, "name": self.name, "formats": list(self.formats()),
                 "shipped": [f"{s['format']}:{s['target']}" for s in self.shipped],
                 "algorithms": [{"name": a.name, "tile": list(a.tile), "split_k": a.split_k}
