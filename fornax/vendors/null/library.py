@@ -14,6 +14,8 @@ class NullLibrary:
 
     def __init__(self, runtime):
         self.runtime = runtime
+        #: one CallRecord per routine call, for the report (append as the routines run)
+        self.calls: list = []
 
     def formats(self):
         raise not_implemented("library.formats")
