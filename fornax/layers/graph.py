@@ -70,8 +70,9 @@ class Graph:
         self.inputs.append(v)
         return v
 
-    def constant(self, array: ArrayLike, name: str = "c") -> Value:
-        """A constant holding ``array`` (its dtype must be a graph dtype)."""
+    def constant(self, array: ArrayLike | None, name: str = "c") -> Value:
+        """A constant holding ``array``; an array whose dtype is not a graph dtype (``None``
+        included, e.g. a :class:`Value`'s absent ``const``) raises :class:`GraphError`."""
         arr = np.asarray(array)
         v = Value(TensorType(tuple(arr.shape), DType.of(arr.dtype)), self._fresh(name), const=arr)
         self.constants.append(v)
