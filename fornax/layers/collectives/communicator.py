@@ -36,9 +36,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ...sim.faults import PageFault
+from ...sim.isa import Program
 from ...sim.timeline import Packet, Semaphore, Timeline
 from ...sim.topology import Topology
-from ...sim.isa import Program
 from ..binary import KernelBinary
 from ..driver import Context, Marker, Queue
 from ..errors import ErrorTable, FornaxError
