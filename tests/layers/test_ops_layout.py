@@ -122,8 +122,8 @@ def test_static_estimates_match_execution(monkeypatch):
     seen = []
     real = device.execute
 
-    def spy(program, grid, args, space):
-        c = real(program, grid, args, space)
+    def spy(program, grid, args, space, replays=None):
+        c = real(program, grid, args, space, replays)
         seen.append((program.meta["estimate"], c))
         return c
     monkeypatch.setattr(device, "execute", spy)
