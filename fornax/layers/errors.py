@@ -31,6 +31,8 @@ class FornaxError(Exception):
     """Base of every error fornax raises on purpose."""
 
     kind = "error"
+    #: the JIT / IL build log a failed module build carries (empty for every other error)
+    build_log: str = ""
 
     def __init__(self, message: str, *, seam: str | None = None, vendor: str | None = None,
                  op: str | None = None, hint: str | None = None, code: VendorCode | None = None,
