@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,7 +41,8 @@ from .passes.memplan import MemoryPlan, plan_memory
 from .passes.simplify import simplify
 
 __all__ = ["Target", "Buffer", "KernelStep", "LibraryStep", "CollectiveStep", "CompiledGraph",
-           "Compiler", "CompilerBase", "CompileOptions", "GRAPH_PASSES", "OPTIONAL_PASSES",
+           "Compiler", "CompilerBase", "CompileOptions", "Disassembler", "PassPipeline",
+           "ProgramEmitter", "GRAPH_PASSES", "OPTIONAL_PASSES",
            "decompose", "fuse", "group_io", "Group", "MemoryPlan"]
 
 
@@ -112,13 +113,63 @@ class CompiledGraph:
 
 @runtime_checkable
 class Compiler(Protocol):
-    vendor: str
+    """Graph IR in, kernel binaries and a launch plan out.  Errors are
+    :class:`~fornax.layers.errors.CompileError` (or :class:`~fornax.layers.errors.GraphError`
+    for a malformed graph); a compiler never touches a device."""
 
-    def output_formats(self) -> tuple[str, ...]: ...
-    def compile(self, graph: Graph, target: Target, library_routines: frozenset = frozenset(),
-                options: CompileOptions | None = None) -> CompiledGraph: ...
-    def unsupported(self, graph: Graph, library_routines: frozenset = frozenset()) -> dict[str, str]: ...
-    def report(self) -> dict: ...
+    vendor: str
+    #: host wall-clock seconds spent in :meth:`compile` so far (cache hits included); the
+    #: report shows it apart from simulated time
+    compile_wall_s: float
+
+    def output_formats(self) -> tuple[str, ...]:
+        """The binary formats this compiler emits, preferred first (the stack negotiates one
+        with the driver's loadable formats)."""
+    def compile(self, graph: Graph, target: Target, library_routines: frozenset[str] = frozenset(),
+                options: CompileOptions | None = None) -> CompiledGraph:
+        """Compile ``graph`` for ``target`` into a launch plan whose binary is in
+        ``target.format``; ops whose routine is in ``library_routines`` become library
+        steps.  ``options`` (None: the compiler's own) choose fusion and passes.  Raises
+        :class:`~fornax.layers.errors.CompileError` for an op it cannot lower."""
+    def unsupported(self, graph: Graph,
+                    library_routines: frozenset[str] = frozenset()) -> dict[str, str]:
+        """The ops of ``graph`` this compiler cannot lower (given ``library_routines``), each
+        with the reason; empty when it compiles whole."""
+    def report(self) -> dict[str, Any]:
+        """This compiler's part of the run report (JSON-serialisable)."""
+
+
+@runtime_checkable
+class PassPipeline(Protocol):
+    """The capability of a compiler built on the shared pass pipeline (as
+    :class:`CompilerBase` is): options the stack sets at compose time, the ops it routes
+    to the library, and its graph passes on their own (``fornax compile --emit ir``)."""
+
+    #: the options :meth:`Compiler.compile` uses when it is given none
+    options: CompileOptions
+    #: the ops the family routes to library routines when the library provides them
+    route: frozenset[str]
+
+    def run_graph_passes(self, graph: Graph, options: CompileOptions | None = None) -> Graph:
+        """``graph`` lowered by the graph passes (decompose, fold, simplify, layout, cse, dce)
+        that ``options`` (None: the compiler's own) enable, in that order."""
+
+
+@runtime_checkable
+class Disassembler(Protocol):
+    """The capability to print a binary this compiler emitted as the family's assembly."""
+
+    def disassemble(self, binary: KernelBinary) -> str:
+        """The text form of ``binary`` (one of this compiler's output formats)."""
+
+
+@runtime_checkable
+class ProgramEmitter(Protocol):
+    """The capability to pack tile-ISA programs into one of the family's binary formats
+    (what the driver conformance suite loads hand-written kernels with)."""
+
+    def emit(self, programs: list[Program], target: Target) -> KernelBinary:
+        """One module holding ``programs`` in ``target.format`` for ``target.arch``."""
 
 
 # ---- options -------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping, Protocol
 
 from .errors import ConfigError, NotSupportedError
 
@@ -92,7 +92,14 @@ _PROPS = ("index", "name", "target", "compute_units", "simd_width", "memory_byte
 _TERM = re.compile(r"^(?:\d+|[a-z]+\.[A-Za-z0-9_]+)$")
 
 
-def aten_name(op) -> str:
+class OpOverloadLike(Protocol):
+    """A torch ``OpOverload`` as far as fornax reads one: its qualified name."""
+
+    def name(self) -> str:
+        """``aten::softmax.int``-style qualified overload name."""
+
+
+def aten_name(op: str | OpOverloadLike | object) -> str:
     """An ATen overload name without namespace or ``.default``: ``aten::softmax.int`` ->
     ``softmax.int``, ``aten.mm.default`` / ``aten::mm`` / ``mm`` -> ``mm``.  Takes a string or
     anything with ``name()`` (a torch ``OpOverload``)."""

@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .compiler import (CollectiveStep, CompiledGraph, Compiler, KernelStep, LibraryStep, Target,
                        decompose)
 from .errors import ConfigError, FornaxError, InvalidArgumentError
-from .face import AutocastPolicy, TorchFace, aten_name, device_properties, parse_torch_face
+from .driver import Driver
+from .face import (AutocastPolicy, OpOverloadLike, TorchFace, aten_name, device_properties,
+                   parse_torch_face)
 from .graph import OPS, DType, Graph, Node, Value
 from .library import Library
-from .runtime import Runtime
+from .runtime import Runtime, Stream
 
 
 def _c_order(a) -> np.ndarray:
@@ -89,16 +92,47 @@ class RunResult:
 
 @runtime_checkable
 class Framework(Protocol):
-    vendor: str
-    face: Face
+    """How a vendor presents itself to PyTorch and JAX, and how a captured graph runs on the
+    stack: op routes (native, decomposed, CPU fallback), the device's face, and whole-graph
+    plans on device-resident buffers.  Errors are :class:`~fornax.layers.errors.FornaxError`
+    subclasses."""
 
-    def route(self, op: str) -> Route: ...
-    def torch_route(self, op) -> Route | None: ...
-    def device_properties(self, driver, index: int = 0) -> dict: ...
-    def versions(self) -> dict[str, str | None]: ...
-    def autocast_policy(self) -> AutocastPolicy: ...
-    def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult: ...
-    def report(self) -> dict: ...
+    vendor: str
+    #: device naming and version fields (torch.device type, module, dist backend, PJRT plugin)
+    face: Face
+    #: the PyTorch face checked from ``[framework.torch]``: device properties, ATen routes,
+    #: autocast (what qualification compares against)
+    torch_face: TorchFace
+    #: shape-only mode, set by the stack at compose time before any run: feeds and outputs
+    #: are :class:`MetaArray` and nothing computes
+    meta: bool
+
+    def route(self, op: str) -> Route:
+        """Where graph-IR op ``op`` runs in this family: native, decomposed or fallback."""
+    def torch_route(self, op: str | OpOverloadLike) -> Route | None:
+        """The family's rule for ATen ``op`` (an overload name or a torch OpOverload):
+        decomposed first, CPU fallback with its reason, or None for no rule."""
+    def device_properties(self, driver: Driver, index: int = 0) -> dict[str, Any]:
+        """What ``torch.<module>.get_device_properties(index)`` shows, in the family's
+        vocabulary, from ``driver.properties(index)`` and the chip spec."""
+    def versions(self) -> dict[str, str | None]:
+        """The ``torch.version`` accelerator fields as this family's PyTorch build sets them."""
+    def autocast_policy(self) -> AutocastPolicy:
+        """What ``torch.autocast(device_type)`` does on this family."""
+    def run(self, graph: Graph, feeds: dict[str, NDArray[Any]]) -> RunResult:
+        """Run ``graph`` on host ``feeds`` (by input name): device segments compiled and run
+        on the stack, fallbacks on the CPU; the outputs (host arrays) and every op's route."""
+    def device_route(self, graph: Graph) -> Route | None:
+        """Why ``graph`` cannot run on the device as one compiled piece (the first op that
+        falls back, by route or because the compiler cannot lower it), or None when it can.
+        Ask before :meth:`prepare`."""
+    def prepare(self, graph: Graph, stream: Stream | None = None) -> ResidentPlan:
+        """Compile ``graph`` whole (after the family's decompositions) into a plan bound to
+        the stack's runtime that runs on device-resident buffers, on ``stream`` (the default
+        stream when None).  The caller owns the plan and releases it.  Raises the compiler's
+        error for a graph :meth:`device_route` rejects."""
+    def report(self) -> dict[str, Any]:
+        """This framework's part of the run report (JSON-serialisable)."""
 
 
 class FrameworkBase:
