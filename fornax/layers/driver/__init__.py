@@ -21,10 +21,10 @@ from .core import DriverCore, is_int
 from .kernel_log import KernelLog, KernelRecord
 from .managed import ManagedRegion
 from .module import arch_number
-from .protocol import (Context, DeviceProperties, Driver, FaultMapping, HostData, KernelArgs,
-                       Marker, Module, Queue)
+from .protocol import (Context, DeviceProperties, Driver, FaultMapping, HostArray, HostData,
+                       KernelArgs, Marker, Module, Queue, ShapeOnlyArray)
 from .queue import QueueBase
 
 __all__ = ["Context", "DeviceProperties", "Driver", "DriverBase", "DriverCore", "FaultMapping",
-           "HostData", "KernelArgs", "KernelLog", "KernelRecord", "ManagedRegion", "Marker",
-           "Module", "Queue", "QueueBase", "arch_number", "is_int"]
+           "HostArray", "HostData", "KernelArgs", "KernelLog", "KernelRecord", "ManagedRegion", "Marker",
+           "Module", "Queue", "QueueBase", "ShapeOnlyArray", "arch_number", "is_int"]

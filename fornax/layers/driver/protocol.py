@@ -32,6 +32,19 @@ KernelArgs: TypeAlias = dict[str, Any]
 HostData: TypeAlias = "bytes | bytearray | memoryview | NDArray[Any]"
 
 
+class ShapeOnlyArray(Protocol):
+    """A host array without data: what a shape-only (meta) device copies, priced by size."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def nbytes(self) -> int: ...
+
+
+#: the host side of a copy: an array, or on a shape-only device its shape alone
+HostArray: TypeAlias = "NDArray[Any] | ShapeOnlyArray"
+
+
 @dataclass(frozen=True)
 class DeviceProperties:
     """One device as :meth:`Driver.properties` describes it."""
@@ -105,12 +118,13 @@ class Queue(Protocol):
         (one to three work-group counts; missing ones are 1) with ``args`` by parameter name.
         Raises on an unloaded module, unknown kernel, grid beyond the device's limits, or
         a missing argument."""
-    def copy_h2d(self, dst: int, src: NDArray[Any], host_rate: float = 1.0) -> None:
+    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0) -> None:
         """Copy the host array ``src`` to ``dst`` (its bytes are staged at the call);
         ``host_rate`` is the share of the host link the host side sustains (1 for pinned)."""
-    def copy_d2h(self, dst: NDArray[Any], src: int, host_rate: float = 1.0) -> None:
+    def copy_d2h(self, dst: HostArray, src: int, host_rate: float = 1.0) -> None:
         """Copy ``dst.nbytes`` bytes at ``src`` into the writable contiguous host array
-        ``dst``, which fills when the copy completes."""
+        ``dst``, which fills when the copy completes.  On a shape-only device the host
+        arrays of copies may be :class:`ShapeOnlyArray` (nothing moves)."""
     def copy_d2d(self, dst: int, src: int, nbytes: int) -> None:
         """Copy ``nbytes`` between two ranges of this queue's context."""
     def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ...sim.device import Device
 from ...sim.faults import PageFault, SimError
@@ -21,7 +20,7 @@ from ...sim.timeline import HardwareQueue, Packet, Semaphore
 from .core import is_int
 from .kernel_log import KernelRecord
 from .memory import DriverMemory
-from .protocol import Context, KernelArgs, Marker, Module
+from .protocol import Context, HostArray, KernelArgs, Marker, Module
 
 #: a packet's functional effect: runs when the packet executes, returns its duration (s)
 Work = Callable[[], float]
@@ -183,7 +182,7 @@ class QueueBase:
                                    f"outside device memory: {exc.detail}", call=call,
                                    address=int(address)) from None
 
-    def copy_h2d(self, dst: int, src: NDArray[np.generic], host_rate: float = 1.0) -> None:
+    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0) -> None:
         """``host_rate``: share of the host link's bandwidth the host side sustains (1 for
         pinned memory; below 1 for pageable memory staged through a bounce buffer)."""
         d = self.driver
@@ -192,7 +191,8 @@ class QueueBase:
         if not meta and not isinstance(src, np.ndarray):
             raise d.fail("invalid_value", f"the host source must be a numpy array, got "
                          f"{type(src).__name__}", call="copy_h2d")
-        data = b"" if meta else np.ascontiguousarray(src).tobytes()  # staged at submit, as pageable memory is
+        # staged at submit, as pageable memory is (only a shape-only device takes a shape)
+        data = np.ascontiguousarray(src).tobytes() if isinstance(src, np.ndarray) and not meta else b""
         size = int(src.nbytes) if meta else len(data)
         self._check_range(dst, size, "copy_h2d")
         d.counts["copies"] += 1
@@ -210,7 +210,7 @@ class QueueBase:
 
         self._push("copy", work, f"h2d {size}B", "copy")
 
-    def copy_d2h(self, dst: NDArray[np.generic], src: int, host_rate: float = 1.0) -> None:
+    def copy_d2h(self, dst: HostArray, src: int, host_rate: float = 1.0) -> None:
         d = self.driver
         d.check(self.ctx, "copy_d2h")
         meta = self.device.meta            # shape-only: dst may be a shape descriptor; no bytes move
@@ -223,7 +223,7 @@ class QueueBase:
         d.counts["copies"] += 1
         d.counts["d2h_bytes"] += nbytes
         space, device = self.ctx.space, self.device
-        out = None if meta else dst.reshape(-1).view(np.uint8)
+        out = dst.reshape(-1).view(np.uint8) if isinstance(dst, np.ndarray) and not meta else None
 
         def work() -> float:
             duration = device.copy_duration(nbytes, "d2h")
@@ -294,7 +294,10 @@ class QueueBase:
                                      bytes=nbytes, direction=f"peer {a}->{b}")
             return duration
 
-        self._push(device.topology.egress(a, b), work, f"peer {a}->{b} {nbytes}B", "copy")
+        topology = device.topology
+        if topology is None:            # can_access_peer said a fabric joins the two devices
+            raise d.fail("peer_access_unsupported", f"device {a} is on no fabric", call=call)
+        self._push(topology.egress(a, b), work, f"peer {a}->{b} {nbytes}B", "copy")
 
     # -- ordering ---------------------------------------------------------------
     def record(self) -> Marker:

@@ -29,7 +29,8 @@ def decompose(graph: Graph, keep: Keep = frozenset()) -> Graph:
             return args[0]                       # a sum over one rank is the value itself
         opdef = OPS[node.op]
         if opdef.decompose is not None and not kept(node):
-            return opdef.decompose(out, args, node.attrs)
+            value: Value = opdef.decompose(out, args, node.attrs)
+            return value
         return None
     # a decomposition may use other composites (layer norm -> reduce_mean): repeat until none is left
     for _ in range(8):

@@ -10,6 +10,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from ..driver import HostArray
 from .graphs import GraphCapture
 from .handles import Event, Stream
 
@@ -17,7 +18,7 @@ from .handles import Event, Stream
 class RuntimeCopies(GraphCapture):
     """The runtime's copies."""
 
-    def memcpy_h2d(self, dst: int, src: NDArray[Any], stream: Stream | None = None,
+    def memcpy_h2d(self, dst: int, src: HostArray, stream: Stream | None = None,
                    depends_on: Iterable[Event] = ()) -> Event:
         """Asynchronous host-to-device copy (cudaMemcpyAsync and kin); returns its event."""
         s = self._stream(stream)
@@ -31,7 +32,7 @@ class RuntimeCopies(GraphCapture):
         self._maybe_block("memcpy_h2d")
         return ev
 
-    def memcpy_d2h(self, dst: NDArray[Any], src: int, stream: Stream | None = None,
+    def memcpy_d2h(self, dst: HostArray, src: int, stream: Stream | None = None,
                    blocking: bool = True, depends_on: Iterable[Event] = ()) -> Event:
         """Device-to-host copy; ``blocking`` waits for the stream (the synchronous form)."""
         s = self._stream(stream)

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from numpy.typing import NDArray
 
 from ..binary import KernelBinary
-from ..driver import Context, Driver, KernelArgs, Module
+from ..driver import Context, Driver, HostArray, KernelArgs, Module
 from ..errors import ErrorTable
 from .handles import BLOCKING, Event, Graph, Stream
 
@@ -76,12 +76,13 @@ class Runtime(Protocol):
                stream: Stream | None = None) -> None:
         """The synchronous copy between a host array and a device address (the direction
         follows the arguments); when it returns is the family's ``[runtime.sync_copy]`` rule."""
-    def memcpy_h2d(self, dst: int, src: NDArray[Any], stream: Stream | None = None,
+    def memcpy_h2d(self, dst: int, src: HostArray, stream: Stream | None = None,
                    depends_on: Iterable[Event] = ()) -> Event:
         """Asynchronous copy of ``src`` to ``dst`` after ``depends_on``; its event."""
-    def memcpy_d2h(self, dst: NDArray[Any], src: int, stream: Stream | None = None,
+    def memcpy_d2h(self, dst: HostArray, src: int, stream: Stream | None = None,
                    blocking: bool = True, depends_on: Iterable[Event] = ()) -> Event:
-        """Copy ``dst.nbytes`` at ``src`` into ``dst``; ``blocking`` waits for the stream."""
+        """Copy ``dst.nbytes`` at ``src`` into ``dst``; ``blocking`` waits for the stream.
+        (On a shape-only device either host array may be a shape alone.)"""
     def memcpy_d2d(self, dst: int, src: int, nbytes: int, stream: Stream | None = None,
                    depends_on: Iterable[Event] = ()) -> Event:
         """Asynchronous device-to-device copy of ``nbytes`` (>= 0); its event."""
