@@ -98,7 +98,7 @@ class CachingAllocator:
                       "splits": 0, "merges": 0, "num_alloc_retries": 0, "num_ooms": 0}
 
     # -- pools ----------------------------------------------------------------------------
-    def _pool(self, stream: int, small: bool) -> list:
+    def _pool(self, stream: int, small: bool) -> list[tuple[int, int, Block]]:
         return self._pools.setdefault((stream, small), [])
 
     def _cache(self, block: Block) -> None:
@@ -136,7 +136,8 @@ class CachingAllocator:
         s["requested_bytes"] += nbytes
         s["allocated_bytes"] += block.size
         s["peak_allocated_bytes"] = max(s["peak_allocated_bytes"], s["allocated_bytes"])
-        return block.ptr
+        ptr: int = block.ptr
+        return ptr
 
     def _new_segment(self, size: int, stream: int, small: bool, requested: int) -> Block:
         seg_bytes = segment_size(size)

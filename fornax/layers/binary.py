@@ -18,6 +18,7 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..sim import isa
 
@@ -29,7 +30,7 @@ class KernelBinary:
     entry_points: tuple[str, ...]
     data: bytes
     producer: str = ""                 # who built it ("cuda-like compiler", "rocm-like library", ...)
-    metadata: dict = field(default_factory=dict, compare=False, hash=False)
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def digest(self) -> str:
@@ -48,7 +49,7 @@ class ContainerError(ValueError):
 _FRAME = struct.Struct("<4sII")          # magic, header length, payload length
 
 
-def pack_container(magic: bytes, header: dict, payload: bytes) -> bytes:
+def pack_container(magic: bytes, header: dict[str, Any], payload: bytes) -> bytes:
     """Frame ``payload`` with ``magic`` (4 bytes), a JSON header and a CRC32."""
     if len(magic) != 4:
         raise ValueError("container magic must be 4 bytes")
@@ -57,7 +58,7 @@ def pack_container(magic: bytes, header: dict, payload: bytes) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def unpack_container(magic: bytes, data: bytes) -> tuple[dict, bytes]:
+def unpack_container(magic: bytes, data: bytes) -> tuple[dict[str, Any], bytes]:
     """Inverse of :func:`pack_container`; raises :class:`ContainerError` on any damage."""
     if len(data) < _FRAME.size + 4:
         raise ContainerError(f"image is {len(data)} bytes, too short for a container")
@@ -99,12 +100,12 @@ def unpack_records(data: bytes) -> list[bytes]:
     return out
 
 
-def pack_programs(magic: bytes, header: dict, programs: list[isa.Program]) -> bytes:
+def pack_programs(magic: bytes, header: dict[str, Any], programs: list[isa.Program]) -> bytes:
     """A container whose payload is the encoded kernels, one record each."""
     return pack_container(magic, header, pack_records([isa.encode(p) for p in programs]))
 
 
-def unpack_programs(magic: bytes, data: bytes) -> tuple[dict, dict[str, isa.Program]]:
+def unpack_programs(magic: bytes, data: bytes) -> tuple[dict[str, Any], dict[str, isa.Program]]:
     """Inverse of :func:`pack_programs`: the header and the verified kernels by name."""
     header, payload = unpack_container(magic, data)
     programs = [isa.decode(r) for r in unpack_records(payload)]

@@ -41,10 +41,27 @@ import tempfile
 import zlib
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..sim import isa
+from .graph import Graph
+
+#: what the cache holds (the compiler's CompiledGraph)
+PlanT = TypeVar("PlanT")
+
+
+class TargetLike(Protocol):
+    """The parts of a compile target a key covers."""
+
+    @property
+    def arch(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def compute_units(self) -> int: ...
 
 MAGIC = b"FXCC"
 VERSION = 1
@@ -71,12 +88,13 @@ def default_directory() -> Path | None:
     return base / "fornax"
 
 
-def identity_text(compiler: dict) -> str:
+def identity_text(compiler: dict[str, Any]) -> str:
     """The compiler's part of a cache key (vendor, facts, fornax version) as canonical JSON."""
     return json.dumps(compiler, sort_keys=True, default=str)
 
 
-def cache_key(graph, target, compiler: dict | str | bytes, options: str) -> str:
+def cache_key(graph: Graph, target: TargetLike, compiler: dict[str, Any] | str | bytes,
+              options: str) -> str:
     """The content address of one compilation (see the module docstring).  ``compiler``:
     the compiler's identity, or its :func:`identity_text` (as text or UTF-8 bytes) worked out
     before: the same key either way."""
@@ -99,7 +117,8 @@ class _Unserialisable(TypeError):
     pass
 
 
-def _allowed_class(path: str):
+def _allowed_class(path: str) -> Any:
+    """The fornax plan class (or enum) ``module:qualname`` names; ValueError for any other."""
     module, _, name = path.partition(":")
     if not (module.startswith("fornax.layers") or module == "fornax.sim.isa"):
         raise ValueError(f"class {path} is not a fornax plan type")
@@ -110,10 +129,12 @@ def _allowed_class(path: str):
 
 
 class _Encoder:
-    def __init__(self, constants: list):
+    """A plan as JSON-ready data (constants of the graph by index)."""
+
+    def __init__(self, constants: list[NDArray[Any]]):
         self.constants = constants
 
-    def __call__(self, obj):
+    def __call__(self, obj: object) -> Any:
         if isinstance(obj, enum.Enum):
             cls = type(obj)
             return {"__enum__": f"{cls.__module__}:{cls.__qualname__}", "value": obj.value}
@@ -145,8 +166,8 @@ class _Encoder:
                     k.startswith("__") for k in obj) else {k: self(v) for k, v in obj.items()}
             return {"__dict__": [[self(k), self(v)] for k, v in obj.items()]}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            cls = type(obj)
-            path = f"{cls.__module__}:{cls.__qualname__}"
+            dc = type(obj)
+            path = f"{dc.__module__}:{dc.__qualname__}"
             try:
                 _allowed_class(path)
             except (ValueError, ImportError, AttributeError):
@@ -156,7 +177,7 @@ class _Encoder:
         raise _Unserialisable(f"cannot store a {type(obj).__name__} in the compile cache")
 
 
-def _decode(obj, constants: list):
+def _decode(obj: Any, constants: list[NDArray[Any]]) -> Any:
     if isinstance(obj, list):
         return [_decode(x, constants) for x in obj]
     if not isinstance(obj, dict):
@@ -182,11 +203,11 @@ def _decode(obj, constants: list):
         return {_decode(k, constants): _decode(v, constants) for k, v in obj["__dict__"]}
     if "__dc__" in obj:
         cls = _allowed_class(obj["__dc__"])
-        if not dataclasses.is_dataclass(cls):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise ValueError(f"{obj['__dc__']} is not a dataclass")
         kwargs = {k: _decode(v, constants) for k, v in obj["fields"].items()}
         init = {f.name for f in dataclasses.fields(cls) if f.init}
-        inst = cls(**{k: v for k, v in kwargs.items() if k in init})
+        inst: object = cls(**{k: v for k, v in kwargs.items() if k in init})
         for k, v in kwargs.items():
             if k not in init:
                 object.__setattr__(inst, k, v)
@@ -194,11 +215,11 @@ def _decode(obj, constants: list):
     return {k: _decode(v, constants) for k, v in obj.items()}
 
 
-def _constants(graph) -> list:
+def _constants(graph: Graph) -> list[NDArray[Any]]:
     return [np.asarray(v.const) for v in graph.constants]
 
 
-def dumps(plan, graph) -> bytes:
+def dumps(plan: object, graph: Graph) -> bytes:
     """A plan as a framed, checksummed entry (constants of ``graph`` stored by reference)."""
     payload = zlib.compress(json.dumps(_Encoder(_constants(graph))(plan), separators=(",", ":"),
                                        allow_nan=True).encode(), 1)
@@ -209,7 +230,7 @@ class CorruptEntry(ValueError):
     """A cache entry that must not be loaded."""
 
 
-def loads(data: bytes, graph):
+def loads(data: bytes, graph: Graph) -> Any:
     """Inverse of :func:`dumps`; raises :class:`CorruptEntry` for any damage."""
     if len(data) < _HEAD.size:
         raise CorruptEntry(f"entry is {len(data)} bytes, shorter than its header")
@@ -227,12 +248,12 @@ def loads(data: bytes, graph):
         raise CorruptEntry(f"unreadable entry: {type(exc).__name__}: {exc}") from None
 
 
-class CompileCache:
+class CompileCache(Generic[PlanT]):
     """Memory + disk levels for one compiler instance."""
 
     def __init__(self, directory: str | Path | None = None):
         self._directory = Path(directory) if directory is not None else None
-        self.memory: dict[str, object] = {}
+        self.memory: dict[str, PlanT] = {}
         self.stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "disk_writes": 0,
                       "corrupt": 0, "not_stored": 0, "bypassed": 0}
         self.last_problem = ""
@@ -246,7 +267,7 @@ class CompileCache:
         d = self.directory
         return None if d is None else d / "compile" / f"{key}.fxcc"
 
-    def get(self, key: str, graph):
+    def get(self, key: str, graph: Graph) -> PlanT | None:
         """The cached plan for ``key``, or ``None`` (a miss); a corrupt disk entry is deleted."""
         plan = self.memory.get(key)
         if plan is not None:
@@ -260,7 +281,7 @@ class CompileCache:
                 data = None
             if data is not None:
                 try:
-                    plan = loads(data, graph)
+                    loaded: PlanT = loads(data, graph)    # a plan this cache's compiler stored
                 except CorruptEntry as exc:
                     self.stats["corrupt"] += 1
                     self.last_problem = f"{path.name}: {exc}"
@@ -270,8 +291,8 @@ class CompileCache:
                         pass
                 else:
                     self.stats["disk_hits"] += 1
-                    self.memory[key] = plan
-                    return plan
+                    self.memory[key] = loaded
+                    return loaded
         self.stats["misses"] += 1
         return None
 
@@ -279,7 +300,7 @@ class CompileCache:
         """Count a compile that skipped the lookup (the IR after each pass was asked for)."""
         self.stats["bypassed"] += 1
 
-    def put(self, key: str, plan, graph) -> None:
+    def put(self, key: str, plan: PlanT, graph: Graph) -> None:
         self.memory[key] = plan
         path = self.path(key)
         if path is None:
@@ -309,7 +330,7 @@ class CompileCache:
             return
         self.stats["disk_writes"] += 1
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         d = self.directory
         return {**self.stats, "directory": str(d) if d is not None else "off",
                 **({"problem": self.last_problem} if self.last_problem else {})}

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 
@@ -29,11 +29,11 @@ from .binary import KernelBinary
 from .compile_cache import CompileCache, cache_key, fornax_version, identity_text
 from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .tiling import choose_gemm_tile
-from .graph import OPS, DType, Graph, Value
+from .graph import OPS, DType, Graph, Node, Value
 from .passes import route as routing
 from .passes.cse import cse
 from .passes.dce import dce
-from .passes.decompose import decompose
+from .passes.decompose import Keep, decompose
 from .passes.fold import fold
 from .passes.fuse import Group, describe as describe_groups, fuse, group_io
 from .passes.layout import layout
@@ -41,7 +41,8 @@ from .passes.memplan import MemoryPlan, plan_memory
 from .passes.simplify import simplify
 
 __all__ = ["Target", "Buffer", "KernelStep", "LibraryStep", "CollectiveStep", "CompiledGraph",
-           "Compiler", "CompilerBase", "CompileOptions", "GRAPH_PASSES", "OPTIONAL_PASSES",
+           "Compiler", "CompilerBase", "CompileOptions", "Disassembler", "PassPipeline",
+           "ProgramEmitter", "GRAPH_PASSES", "OPTIONAL_PASSES",
            "decompose", "fuse", "group_io", "Group", "MemoryPlan"]
 
 
@@ -72,25 +73,31 @@ class Buffer:
 class KernelStep:
     entry: str
     grid: tuple[int, int, int]
-    args: dict                     # param name -> buffer id
+    args: dict[str, int]           # param name -> buffer id
     ops: tuple[str, ...]           # the graph ops this kernel computes
 
 
 @dataclass(frozen=True)
 class LibraryStep:
     routine: str                   # "gemm", "conv2d_fwd" or "attention_fwd"
-    buffers: dict                  # role -> buffer id
-    params: dict
+    buffers: dict[str, int]        # role -> buffer id
+    params: dict[str, Any]
     ops: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class CollectiveStep:
     routine: str                   # "all_reduce"
-    buffers: dict                  # {"x": in, "y": out} buffer ids
+    buffers: dict[str, int]        # {"x": in, "y": out} buffer ids
     nbytes: int
     ranks: int
     ops: tuple[str, ...]
+
+
+#: one step of a launch plan, in order
+Step: TypeAlias = "KernelStep | LibraryStep | CollectiveStep"
+#: a family's encoder: (programs, arch, producer) -> a binary in its format
+ProgramEncoder = Callable[[list[Program], str, str], KernelBinary]
 
 
 @dataclass
@@ -101,30 +108,81 @@ class CompiledGraph:
     target: Target
     binary: KernelBinary | None
     buffers: dict[int, Buffer]
-    steps: list
+    steps: list[Step]
     inputs: list[int]
     outputs: list[int]
     programs: dict[str, Program]
     log: list[str]
-    stats: dict
+    stats: dict[str, Any]
     memory: MemoryPlan | None = None   # buffers sharing storage (None: each its own allocation)
 
 
 @runtime_checkable
 class Compiler(Protocol):
-    vendor: str
+    """Graph IR in, kernel binaries and a launch plan out.  Errors are
+    :class:`~fornax.layers.errors.CompileError` (or :class:`~fornax.layers.errors.GraphError`
+    for a malformed graph); a compiler never touches a device."""
 
-    def output_formats(self) -> tuple[str, ...]: ...
-    def compile(self, graph: Graph, target: Target, library_routines: frozenset = frozenset(),
-                options: CompileOptions | None = None) -> CompiledGraph: ...
-    def unsupported(self, graph: Graph, library_routines: frozenset = frozenset()) -> dict[str, str]: ...
-    def report(self) -> dict: ...
+    vendor: str
+    @property
+    def compile_wall_s(self) -> float:
+        """Host wall-clock seconds spent in :meth:`compile` so far (cache hits included); the
+        report shows it apart from simulated time."""
+
+    def output_formats(self) -> tuple[str, ...]:
+        """The binary formats this compiler emits, preferred first (the stack negotiates one
+        with the driver's loadable formats)."""
+    def compile(self, graph: Graph, target: Target, library_routines: frozenset[str] = frozenset(),
+                options: CompileOptions | None = None) -> CompiledGraph:
+        """Compile ``graph`` for ``target`` into a launch plan whose binary is in
+        ``target.format``; ops whose routine is in ``library_routines`` become library
+        steps.  ``options`` (None: the compiler's own) choose fusion and passes.  Raises
+        :class:`~fornax.layers.errors.CompileError` for an op it cannot lower."""
+    def unsupported(self, graph: Graph,
+                    library_routines: frozenset[str] = frozenset()) -> dict[str, str]:
+        """The ops of ``graph`` this compiler cannot lower (given ``library_routines``), each
+        with the reason; empty when it compiles whole."""
+    def report(self) -> dict[str, Any]:
+        """This compiler's part of the run report (JSON-serialisable)."""
+
+
+@runtime_checkable
+class PassPipeline(Protocol):
+    """The capability of a compiler built on the shared pass pipeline (as
+    :class:`CompilerBase` is): options the stack sets at compose time, the ops it routes
+    to the library, and its graph passes on their own (``fornax compile --emit ir``)."""
+
+    #: the options :meth:`Compiler.compile` uses when it is given none
+    options: CompileOptions
+    #: the ops the family routes to library routines when the library provides them
+    route: frozenset[str]
+
+    def run_graph_passes(self, graph: Graph, options: CompileOptions | None = None) -> Graph:
+        """``graph`` lowered by the graph passes (decompose, fold, simplify, layout, cse, dce)
+        that ``options`` (None: the compiler's own) enable, in that order."""
+
+
+@runtime_checkable
+class Disassembler(Protocol):
+    """The capability to print a binary this compiler emitted as the family's assembly."""
+
+    def disassemble(self, binary: KernelBinary) -> str:
+        """The text form of ``binary`` (one of this compiler's output formats)."""
+
+
+@runtime_checkable
+class ProgramEmitter(Protocol):
+    """The capability to pack tile-ISA programs into one of the family's binary formats
+    (what the driver conformance suite loads hand-written kernels with)."""
+
+    def emit(self, programs: list[Program], target: Target) -> KernelBinary:
+        """One module holding ``programs`` in ``target.format`` for ``target.arch``."""
 
 
 # ---- options -------------------------------------------------------------------------
 #: the graph passes, in pipeline order; ``decompose`` always runs (composites have no lowering)
 GRAPH_PASSES = ("decompose", "fold", "simplify", "layout", "cse", "dce")
-_GRAPH_PASS_FNS = {"decompose": decompose, "fold": fold, "simplify": simplify, "layout": layout,
+_GRAPH_PASS_FNS: dict[str, Callable[[Graph], Graph]] = {"decompose": decompose, "fold": fold, "simplify": simplify, "layout": layout,
                    "cse": cse, "dce": dce}
 OPTIONAL_PASSES = ("fold", "simplify", "layout", "cse", "dce", "fuse", "memplan")
 
@@ -139,7 +197,7 @@ class CompileOptions:
     passes: tuple[str, ...] | None = None
     dump_ir: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.passes is not None:
             object.__setattr__(self, "passes", tuple(self.passes))
             bad = sorted(set(self.passes) - set(OPTIONAL_PASSES))
@@ -166,9 +224,9 @@ class CompilerBase:
 
     seam = "compiler"
     vendor = "base"
-    facts: dict = {}
+    facts: dict[str, Any] = {}
 
-    def __init__(self):
+    def __init__(self) -> None:
         c = self.facts["compiler"]
         self.formats: tuple[str, ...] = tuple(c["formats"])
         # the SIMD width is a hardware fact: written once, in [driver]
@@ -182,8 +240,8 @@ class CompilerBase:
                                   vendor=self.vendor)
         self.block: int = c["pointwise_block"]
         self.group_size: int = self.simd_width * c["groups_per_block"]
-        self.route: frozenset = frozenset(c.get("route_to_library", ()))
-        self.compile_cache = CompileCache()        # content-addressed, memory + disk
+        self.route: frozenset[str] = frozenset(c.get("route_to_library", ()))
+        self.compile_cache: CompileCache[CompiledGraph] = CompileCache()   # content-addressed, memory + disk
         self.counts = {"graphs_compiled": 0, "cache_hits": 0, "graphs_from_disk": 0, "ops_in": 0, "ops_lowered": 0,
                        "kernels": 0, "fused_kernels": 0, "library_calls": 0, "binary_bytes": 0,
                        "planned_peak_bytes": 0}
@@ -192,9 +250,9 @@ class CompilerBase:
         self.compile_wall_s = 0.0
 
     #: vendor hook: binary format -> encoder(programs, arch, producer) -> KernelBinary
-    encoders: dict = {}
+    encoders: dict[str, ProgramEncoder] = {}
     #: vendor hook: binary -> the family's readable text form (None: the family has none)
-    disassembler = None
+    disassembler: Callable[[KernelBinary], str] | None = None
 
     def disassemble(self, binary: KernelBinary) -> str:
         """The family's text form of one of its binaries (``fornax compile --emit asm``)."""
@@ -206,19 +264,20 @@ class CompilerBase:
     def emit(self, programs: list[Program], target: Target) -> KernelBinary:
         """Pack the generated kernels into the negotiated format for the target."""
         producer = f"{self.vendor} {self.facts['compiler']['name']}"
-        return self.encoders[target.format](programs, target.arch, producer)
+        encode = self.encoders[target.format]
+        return encode(programs, target.arch, producer)
 
     # -- shared --------------------------------------------------------------------
     def output_formats(self) -> tuple[str, ...]:
         return self.formats
 
-    def unsupported(self, graph: Graph, library_routines: frozenset = frozenset()) -> dict[str, str]:
+    def unsupported(self, graph: Graph, library_routines: frozenset[str] = frozenset()) -> dict[str, str]:
         """op -> reason for every op of ``graph`` this compiler cannot lower (asked up front,
         so the framework can run those ops on the CPU instead)."""
         return routing.unsupported(graph, routing.library_ops(self.route, library_routines))
 
     # -- compile cache (one place; memory + disk levels in layers/compile_cache.py) ----------
-    def _fingerprint(self, graph: Graph, target: Target, routines: frozenset,
+    def _fingerprint(self, graph: Graph, target: Target, routines: frozenset[str],
                      options: CompileOptions | None = None) -> str:
         return cache_key(graph, target, self._identity(),
                          f"{sorted(routines)}|{(options or CompileOptions()).key()}")
@@ -248,7 +307,7 @@ class CompilerBase:
                 self.counts["graphs_from_disk"] += 1
         return plan
 
-    def _count(self, stats: dict) -> None:
+    def _count(self, stats: dict[str, Any]) -> None:
         """Add one plan's results (its ``stats``) to this compiler's report counts."""
         for k in ("ops_in", "ops_lowered", "kernels", "fused_kernels", "library_calls", "binary_bytes"):
             self.counts[k] += stats.get(k, 0)
@@ -259,7 +318,7 @@ class CompilerBase:
         self.compile_cache.put(key, plan, graph)
 
     # -- the pipeline -----------------------------------------------------------------
-    def compile(self, graph: Graph, target: Target, library_routines: frozenset = frozenset(),
+    def compile(self, graph: Graph, target: Target, library_routines: frozenset[str] = frozenset(),
                 options: CompileOptions | None = None) -> CompiledGraph:
         options = options or self.options
         if target.format not in self.formats:
@@ -311,8 +370,9 @@ class CompilerBase:
                                   seam="compiler") from None
 
     def run_graph_passes(self, graph: Graph, options: CompileOptions | None = None,
-                         log: list[str] | None = None, records: list[dict] | None = None,
-                         keep=frozenset()) -> Graph:
+                         log: list[str] | None = None,
+                         records: list[dict[str, Any]] | None = None,
+                         keep: Keep = frozenset()) -> Graph:
         """The graph-to-graph passes in order (each one that ``options`` enables); ``keep``
         (op names or a node predicate) leaves composites whole for the library."""
         options = options or self.options
@@ -329,14 +389,14 @@ class CompilerBase:
             self._dump(options, graph.name, i, name, str(graph))
         return graph
 
-    def _compile(self, graph: Graph, target: Target, routines: frozenset,
+    def _compile(self, graph: Graph, target: Target, routines: frozenset[str],
                  options: CompileOptions) -> CompiledGraph:
         log = [f"input: {len(graph.nodes)} ops"]
-        records: list[dict] = []
+        records: list[dict[str, Any]] = []
         library_ops = routing.library_ops(self.route, routines)
         dnn = self.facts.get("library", {}).get("dnn")
 
-        def to_library(node) -> bool:        # a whole composite the library's DNN routines compute
+        def to_library(node: Node) -> bool:        # a whole composite the library's DNN routines compute
             return node.op in library_ops and routing.library_call(node, dnn) is not None
 
         lowered = self.run_graph_passes(graph, options, log, records, keep=to_library)
@@ -366,7 +426,7 @@ class CompilerBase:
         for v in lowered.constants:
             buf(v, "constant")
         programs: list[Program] = []
-        steps: list = []
+        steps: list[Step] = []
         for gi, (group, (ins, outs)) in enumerate(zip(groups, io)):
             ops = tuple(n.op for n in group.nodes)
             name = f"{graph.name}_{gi}_{group.kind}"
@@ -378,7 +438,11 @@ class CompilerBase:
                 continue
             if group.kind == "library" and node_is_composite(group.nodes[0]):
                 node = group.nodes[0]
-                routine, prm = routing.library_call(node, dnn)
+                call = routing.library_call(node, dnn)
+                if call is None:          # to_library() routed it here because a routine computes it
+                    raise CompileError(f"{node.op} was routed to the library, which has no routine "
+                                       "for it", seam="compiler", vendor=self.vendor)
+                routine, prm = call
                 roles = ("x", "w") if routine == "conv2d_fwd" else ("q", "k", "v")
                 bufs = {r: buf(v, "temp") for r, v in zip(roles, node.inputs)}
                 bufs["y" if routine == "conv2d_fwd" else "o"] = buf(node.outputs[0], "temp")
@@ -421,6 +485,9 @@ class CompilerBase:
                                                          self.block, self.group_size)
                 args = _io_args(ins, outs, buf)
             else:
+                if group.axis is None:    # fuse() gives every reduction group its axis
+                    raise CompileError(f"reduction group {name} has no axis", seam="compiler",
+                                       vendor=self.vendor)
                 program, grid = codegen.reduction_kernel(name, group.nodes, ins, outs, group.space,
                                                          group.axis, self.group_size)
                 args = _io_args(ins, outs, buf)
@@ -452,29 +519,29 @@ class CompilerBase:
         return CompiledGraph(graph.name, target, binary, buffers, steps, inputs, outputs,
                              {p.name: p for p in programs}, log, stats, memory)
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         return {"vendor": self.vendor, "formats": list(self.formats), "simd_width": self.simd_width,
                 "matrix_shape": list(self.matrix_shape), "routes_to_library": sorted(self.route),
                 **self.counts, "compile_wall_s": self.compile_wall_s,
                 "compile_cache": self.compile_cache.report()}
 
 
-def node_is_composite(node) -> bool:
+def node_is_composite(node: Node) -> bool:
     """Whether a library group's node is a whole composite (a DNN routine) rather than a GEMM."""
     return OPS[node.op].kind == "composite"
 
 
-def _step_buffers(step) -> list[int]:
+def _step_buffers(step: Step) -> list[int]:
     return list(step.args.values() if isinstance(step, KernelStep) else step.buffers.values())
 
 
-def _io_args(ins: list[Value], outs: list[Value], buf) -> dict:
+def _io_args(ins: list[Value], outs: list[Value], buf: Callable[[Value, str], int]) -> dict[str, int]:
     args = {f"in{i}": buf(v, "temp") for i, v in enumerate(ins)}
     args.update({f"out{i}": buf(v, "temp") for i, v in enumerate(outs)})
     return args
 
 
-def _gemm_params(a: Value, b: Value) -> dict:
+def _gemm_params(a: Value, b: Value) -> dict[str, Any]:
     batch = a.shape[0] if len(a.shape) == 3 else 1
     return {"m": a.shape[-2], "n": b.shape[-1], "k": a.shape[-1], "batch": batch,
             "b_batched": len(b.shape) == 3, "dtype": a.dtype.value}

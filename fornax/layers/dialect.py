@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from ..sim import isa
 from ..sim.faults import InvalidProgram
@@ -62,7 +64,7 @@ def _valid_fns(op: str) -> tuple[str, ...]:
 class _Template:
     """A line template compiled to a renderer and a matcher."""
 
-    def __init__(self, text: str, context: dict, where: str):
+    def __init__(self, text: str, context: dict[str, Any], where: str):
         self.text = text
         parts: list[tuple[str, str]] = []          # ("lit", s) | ("field", name)
         pos = 0
@@ -124,7 +126,7 @@ class Dialect:
     inverse: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def from_facts(cls, compiler: dict) -> "Dialect":
+    def from_facts(cls, compiler: dict[str, Any]) -> "Dialect":
         """The dialect of a family's ``[compiler]`` table (its ``dialect`` subtable)."""
         d = compiler.get("dialect")
         if not isinstance(d, dict):
@@ -169,13 +171,18 @@ class Dialect:
             self.inverse[table] = inv
 
     # -- value codecs ----------------------------------------------------------------
-    def _word(self, table: str, value: str) -> str:
-        return getattr(self, table).get(value, value)
+    def _table(self, table: str) -> dict[str, str]:
+        """One of the dialect's name tables (``types``, ``kinds``, ``unary``, ...)."""
+        mapping: dict[str, str] = getattr(self, table)
+        return mapping
 
-    def _unword(self, table: str, token: str, valid) -> str:
+    def _word(self, table: str, value: str) -> str:
+        return self._table(table).get(value, value)
+
+    def _unword(self, table: str, token: str, valid: Iterable[str]) -> str:
         value = self.inverse[table].get(token)
         if value is None:
-            if token in getattr(self, table) or token not in valid:
+            if token in self._table(table) or token not in valid:
                 raise ValueError(f"unknown {table[:-1]} {token!r}")
             value = token
         return value
@@ -192,7 +199,7 @@ class Dialect:
         if tok == self.none:
             return None
         if tok.startswith('"'):
-            return json.loads(tok)
+            return str(json.loads(tok))
         num = tok[len(self.register):]
         if tok.startswith(self.register) and num.isdigit():
             return f"%r{num}"
@@ -206,26 +213,27 @@ class Dialect:
 
     @staticmethod
     def _unname(tok: str) -> str:
-        return json.loads(tok) if tok.startswith('"') else tok
+        return str(json.loads(tok)) if tok.startswith('"') else tok
 
     @staticmethod
-    def _number(v) -> str:
+    def _number(v: bool | int | float) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         return repr(v) if isinstance(v, float) else str(int(v))
 
     @staticmethod
-    def _unnumber(tok: str):
+    def _unnumber(tok: str) -> bool | int | float:
         if tok in ("true", "false"):
             return tok == "true"
         if _INT.match(tok):
             return int(tok)
         return float(tok)
 
-    def _dtypes(self):
+    def _dtypes(self) -> tuple[str, ...]:
         return tuple(isa.DTYPES)
 
-    def _render_field(self, op: str, name: str, v) -> str:
+    def _render_field(self, op: str, name: str, v: Any) -> str:
+        """One instruction field's text (``v``'s type is the field's: register, name, ...)."""
         if name in _REGS or (name == "value" and op in ("store", "store_reduce")):
             return self._reg(v)
         if name == "stop":
@@ -241,12 +249,13 @@ class Dialect:
         if name == "shape":
             return "x".join(str(d) for d in v) if v else "scalar"
         if name == "axis" and op == "program_id" and self.axes and 0 <= v < len(self.axes):
-            return self.axes[v]
+            return str(self.axes[v])
         if name in ("value", "other"):
             return self._number(v)
         return str(v)
 
-    def _parse_field(self, op: str, name: str, tok: str):
+    def _parse_field(self, op: str, name: str, tok: str) -> Any:
+        """Inverse of :meth:`_render_field`: the field's value."""
         if name in _REGS or (name == "value" and op in ("store", "store_reduce")):
             return self._unreg(tok)
         if name == "stop":
@@ -282,7 +291,7 @@ class Dialect:
             lines.append("  " + (tmpl.render({"value": text}) if tmpl else
                                  self.meta_other.render({"key": self._name(key), "value": text})))
 
-        def emit(body, depth):
+        def emit(body: Sequence[Any], depth: int) -> None:      # instructions of any ISA op
             pad = "  " * depth
             for ins in body:
                 values = {f.name: self._render_field(ins.op, f.name, getattr(ins, f.name))
@@ -296,7 +305,8 @@ class Dialect:
         lines.append(self.end_kernel.render({}))
         return lines
 
-    def render_module(self, programs, module: dict | None = None) -> str:
+    def render_module(self, programs: Iterable[isa.Program],
+                      module: dict[str, Any] | None = None) -> str:
         """The module text: the prelude (its fields from ``module``), then every kernel."""
         module = module or {}
         try:
@@ -308,14 +318,14 @@ class Dialect:
             lines.extend(self.render_program(p))
         return "\n".join(lines) + "\n"
 
-    def parse_module(self, text: str, prelude: bool = True) -> tuple[dict, list[isa.Program]]:
+    def parse_module(self, text: str, prelude: bool = True) -> tuple[dict[str, str], list[isa.Program]]:
         """Inverse of :meth:`render_module`: the prelude's fields and the verified kernels."""
         expected = self.prelude if prelude else []
         prelude_fields: dict[str, str] = {}
         programs: list[isa.Program] = []
-        cur: dict | None = None
-        stack: list[list] = []
-        loops: list[dict] = []
+        cur: dict[str, Any] | None = None           # the kernel being read: name, params, meta
+        stack: list[list[Any]] = []                  # open instruction bodies (any ISA op)
+        loops: list[dict[str, Any]] = []
         seen_prelude = 0
         for n, raw in enumerate(text.splitlines(), 1):
             line = raw.strip()
@@ -367,7 +377,7 @@ class Dialect:
             raise InvalidProgram(f"{self.name} text defines no kernels")
         return prelude_fields, programs
 
-    def _parse_decl(self, line: str, cur: dict, where: str) -> bool:
+    def _parse_decl(self, line: str, cur: dict[str, Any], where: str) -> bool:
         got = self.param.match(line)
         if got is not None:
             try:
@@ -389,13 +399,13 @@ class Dialect:
         return False
 
     @staticmethod
-    def _json(text: str, where: str):
+    def _json(text: str, where: str) -> Any:
         try:
             return json.loads(text)
         except ValueError as exc:
             raise InvalidProgram(f"{where}: malformed kernel attribute: {exc}") from None
 
-    def _parse_ins(self, line: str, where: str) -> tuple[str, dict]:
+    def _parse_ins(self, line: str, where: str) -> tuple[str, dict[str, Any]]:
         first_error = None
         for op, tmpl in self.ops.items():
             got = tmpl.match(line)

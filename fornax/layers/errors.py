@@ -11,6 +11,7 @@ attached as :class:`VendorCode`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class FornaxError(Exception):
     """Base of every error fornax raises on purpose."""
 
     kind = "error"
+    #: the JIT / IL build log a failed module build carries (empty for every other error)
+    build_log: str = ""
 
     def __init__(self, message: str, *, seam: str | None = None, vendor: str | None = None,
                  op: str | None = None, hint: str | None = None, code: VendorCode | None = None,
@@ -59,7 +62,7 @@ class FornaxError(Exception):
             text += f" — {self.hint}"
         return text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "message": self.message,
@@ -168,13 +171,14 @@ class ErrorTable:
     ``hang``, ...) to the name this family reports it with.
     """
 
-    def __init__(self, api: str, codes: dict, faults: dict, *, seam: str, vendor: str,
+    def __init__(self, api: str, codes: dict[str, dict[str, Any]], faults: dict[str, str], *,
+                 seam: str, vendor: str,
                  hex: bool = False):
         self.api = api
         self.seam = seam
         self.vendor = vendor
         self.hex = hex
-        self.codes = {}
+        self.codes: dict[str, tuple[int, type[FornaxError]]] = {}
         for name, entry in codes.items():
             category = entry.get("category", "unknown")
             if category not in CATEGORIES:
@@ -208,6 +212,6 @@ class ErrorTable:
                    seam: str | None = None) -> FornaxError:
         """Map a simulator fault onto this family's code and fornax's hierarchy."""
         kind = getattr(fault, "kind", "unknown")
-        name = self.faults.get(kind) or self.faults.get("unknown")
+        name = self.faults.get(kind) or self.faults["unknown"]
         return self.error(name, str(fault), op=op, hint=hint,
                           address=getattr(fault, "address", None), seam=seam)

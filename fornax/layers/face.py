@@ -35,8 +35,10 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Callable, Mapping, Protocol
 
+from ..sim.spec import ChipSpec
+from .driver import Driver
 from .errors import ConfigError, NotSupportedError
 
 #: accelerator fields of ``torch.version`` (torch 2.13: cuda, hip, rocm, xpu); unset ones are None
@@ -92,11 +94,19 @@ _PROPS = ("index", "name", "target", "compute_units", "simd_width", "memory_byte
 _TERM = re.compile(r"^(?:\d+|[a-z]+\.[A-Za-z0-9_]+)$")
 
 
-def aten_name(op) -> str:
+class OpOverloadLike(Protocol):
+    """A torch ``OpOverload`` as far as fornax reads one: its qualified name."""
+
+    def name(self) -> str:
+        """``aten::softmax.int``-style qualified overload name."""
+
+
+def aten_name(op: object) -> str:
     """An ATen overload name without namespace or ``.default``: ``aten::softmax.int`` ->
     ``softmax.int``, ``aten.mm.default`` / ``aten::mm`` / ``mm`` -> ``mm``.  Takes a string or
     anything with ``name()`` (a torch ``OpOverload``)."""
-    name = op.name() if callable(getattr(op, "name", None)) else str(op)
+    namer = getattr(op, "name", None)
+    name = str(namer()) if callable(namer) else str(op)
     for prefix in ("aten::", "aten."):
         if name.startswith(prefix):
             name = name[len(prefix):]
@@ -121,7 +131,7 @@ class AutocastPolicy:
     dtypes: tuple[str, ...]            # lower-precision dtypes the family accepts
     casts: Mapping[str, str] = field(default_factory=dict)     # read-only once parsed
 
-    def cast(self, op) -> str | None:
+    def cast(self, op: str | OpOverloadLike) -> str | None:
         """The CastPolicy of ``op`` (an overload name or OpOverload), None if autocast leaves it."""
         return self.casts.get(aten_name(op))
 
@@ -138,7 +148,7 @@ class AutocastPolicy:
         """Ops autocast runs in float32 (every fp32 policy)."""
         return frozenset(op for op, p in self.casts.items() if p.startswith("fp32"))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"device_type": self.device_type, "dispatch_key": self.dispatch_key,
                 "default_dtype": self.default_dtype, "dtypes": list(self.dtypes),
                 "ops": {p: sorted(self.ops(p)) for p in CAST_POLICIES}}
@@ -150,7 +160,7 @@ class TorchFace:
 
     versions: tuple[tuple[str, str | None], ...]        # every TORCH_VERSION_FIELDS entry
     properties: tuple[tuple[str, object], ...]          # field -> expression (str) or literal
-    targets: dict[str, dict]                            # arch -> per-arch facts
+    targets: dict[str, dict[str, Any]]                  # arch -> per-arch facts
     autocast: AutocastPolicy
     decompose: frozenset[str]
     fallback: dict[str, str]                            # ATen op -> reason it runs on the CPU
@@ -162,7 +172,7 @@ def _fail(vendor: str, where: str, message: str) -> ConfigError:
                             "(docs/seams/framework.md lists what it takes)")
 
 
-def _str_list(value, vendor: str, where: str, key: str) -> list[str]:
+def _str_list(value: object, vendor: str, where: str, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise _fail(vendor, where, f"{key} must be a list of ATen op names, got {value!r}")
     return value
@@ -188,7 +198,7 @@ def _check_expression(expr: str, vendor: str, where: str, key: str) -> None:
                                        f"({', '.join(_PROPS)})")
 
 
-def parse_torch_face(framework: dict, device_type: str, vendor: str) -> TorchFace:
+def parse_torch_face(framework: dict[str, Any], device_type: str, vendor: str) -> TorchFace:
     """Check and parse the torch part of a family's ``[framework]`` facts."""
     rng = framework.get("rng")
     if not isinstance(rng, str) or not rng:
@@ -246,7 +256,7 @@ def parse_torch_face(framework: dict, device_type: str, vendor: str) -> TorchFac
                      targets, autocast, frozenset(map(aten_name, decompose)), fallback)
 
 
-def _parse_autocast(table, device_type: str, vendor: str) -> AutocastPolicy:
+def _parse_autocast(table: object, device_type: str, vendor: str) -> AutocastPolicy:
     where = "framework.torch.autocast"
     if not isinstance(table, dict):
         raise _fail(vendor, where, "missing: the family's torch.autocast policy")
@@ -277,10 +287,11 @@ def _parse_autocast(table, device_type: str, vendor: str) -> AutocastPolicy:
                         f"{', '.join(CAST_POLICIES)}")
         for op in _str_list(ops, vendor, where, f"extra.{policy}"):
             casts[aten_name(op)] = policy
-    return AutocastPolicy(device_type, key, default, tuple(dtypes), MappingProxyType(casts))
+    return AutocastPolicy(device_type, key, str(default), tuple(dtypes), MappingProxyType(casts))
 
 
-def _term_value(term: str, ctx: dict, vendor: str, key: str):
+def _term_value(term: str, ctx: dict[str, Any], vendor: str, key: str) -> Any:
+    """The value of one term of a property expression (a property's type is the family's)."""
     if term[0].isdigit():
         return int(term)
     ns, name = term.split(".", 1)
@@ -313,25 +324,25 @@ def _term_value(term: str, ctx: dict, vendor: str, key: str):
     return getattr(spec, name)
 
 
-def device_properties(face: TorchFace, driver, index: int, vendor: str) -> dict:
+def device_properties(face: TorchFace, driver: Driver, index: int, vendor: str) -> dict[str, Any]:
     """The dict a framework's ``get_device_properties(index)`` shows, built from the driver's
     properties and the chip spec through the family's ``[framework.torch.properties]`` table."""
     props = driver.properties(index)
 
-    def spec():
-        get = getattr(driver, "device_spec", None)
+    def spec() -> ChipSpec:
+        get: Callable[[int], ChipSpec] | None = getattr(driver, "device_spec", None)
         if get is None:
             raise NotSupportedError("this driver exposes no chip spec (device_spec), which the "
                                     "family's device properties read", seam="framework", vendor=vendor)
         return get(index)
 
-    ctx = {"props": props, "spec": spec, "targets": face.targets}
-    out = {}
+    ctx: dict[str, Any] = {"props": props, "spec": spec, "targets": face.targets}
+    out: dict[str, Any] = {}
     for key, src in face.properties:
         if isinstance(src, dict):
             out[key] = copy.deepcopy(src["value"])      # never hand out the facts' own lists
             continue
-        parts = re.split(r" (\*|//) ", src)
+        parts = re.split(r" (\*|//) ", str(src))
         value = _term_value(parts[0], ctx, vendor, key)
         for op, term in zip(parts[1::2], parts[2::2]):
             rhs = _term_value(term, ctx, vendor, key)

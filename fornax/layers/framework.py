@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Callable, Protocol, TypeAlias, cast, runtime_checkable
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .compiler import (CollectiveStep, CompiledGraph, Compiler, KernelStep, LibraryStep, Target,
                        decompose)
 from .errors import ConfigError, FornaxError, InvalidArgumentError
-from .face import AutocastPolicy, TorchFace, aten_name, device_properties, parse_torch_face
+from .driver import Driver, Module
+from .face import (AutocastPolicy, OpOverloadLike, TorchFace, aten_name, device_properties,
+                   parse_torch_face)
 from .graph import OPS, DType, Graph, Node, Value
 from .library import Library
-from .runtime import Runtime
+from .runtime import Runtime, Stream
 
 
-def _c_order(a) -> np.ndarray:
+def _c_order(a: object) -> NDArray[Any]:
     """A C-contiguous array of ``a``, keeping 0-d arrays 0-d (``np.ascontiguousarray`` makes
     them 1-d)."""
     return np.asarray(a, order="C")
@@ -38,9 +42,9 @@ class MetaArray:
     """A tensor without data: what shape-only (meta) mode feeds in and hands back."""
 
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: np.dtype[Any]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         object.__setattr__(self, "dtype", DType.of(self.dtype).numpy)
 
@@ -55,7 +59,11 @@ class MetaArray:
 
 #: collective handler: (runtime, step, pointers) -> None; enqueues the step's communication.
 #: ``pointers`` maps the step's buffer roles (``x`` in, ``y`` out) to device addresses
-CollectiveHandler = Callable[[Runtime, CollectiveStep, dict], None]
+CollectiveHandler = Callable[[Runtime, CollectiveStep, dict[str, int]], None]
+#: a value on the host side of a run: data, or (shape-only mode) its shape and dtype
+HostValue: TypeAlias = "NDArray[Any] | MetaArray"
+#: one op a run sent to the CPU: op, node (its output's name) and the reason
+Fallback: TypeAlias = dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -80,25 +88,56 @@ class Route:
 
 @dataclass
 class RunResult:
-    outputs: list[np.ndarray]
+    outputs: list[HostValue]
     routes: list[Route]
-    fallbacks: list[dict]
+    fallbacks: list[Fallback]
     plans: list[CompiledGraph] = field(default_factory=list)
     host_wall_s: float = 0.0
 
 
 @runtime_checkable
 class Framework(Protocol):
-    vendor: str
-    face: Face
+    """How a vendor presents itself to PyTorch and JAX, and how a captured graph runs on the
+    stack: op routes (native, decomposed, CPU fallback), the device's face, and whole-graph
+    plans on device-resident buffers.  Errors are :class:`~fornax.layers.errors.FornaxError`
+    subclasses."""
 
-    def route(self, op: str) -> Route: ...
-    def torch_route(self, op) -> Route | None: ...
-    def device_properties(self, driver, index: int = 0) -> dict: ...
-    def versions(self) -> dict[str, str | None]: ...
-    def autocast_policy(self) -> AutocastPolicy: ...
-    def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult: ...
-    def report(self) -> dict: ...
+    vendor: str
+    #: device naming and version fields (torch.device type, module, dist backend, PJRT plugin)
+    face: Face
+    #: the PyTorch face checked from ``[framework.torch]``: device properties, ATen routes,
+    #: autocast (what qualification compares against)
+    torch_face: TorchFace
+    #: shape-only mode, set by the stack at compose time before any run: feeds and outputs
+    #: are :class:`MetaArray` and nothing computes
+    meta: bool
+
+    def route(self, op: str) -> Route:
+        """Where graph-IR op ``op`` runs in this family: native, decomposed or fallback."""
+    def torch_route(self, op: str | OpOverloadLike) -> Route | None:
+        """The family's rule for ATen ``op`` (an overload name or a torch OpOverload):
+        decomposed first, CPU fallback with its reason, or None for no rule."""
+    def device_properties(self, driver: Driver, index: int = 0) -> dict[str, Any]:
+        """What ``torch.<module>.get_device_properties(index)`` shows, in the family's
+        vocabulary, from ``driver.properties(index)`` and the chip spec."""
+    def versions(self) -> dict[str, str | None]:
+        """The ``torch.version`` accelerator fields as this family's PyTorch build sets them."""
+    def autocast_policy(self) -> AutocastPolicy:
+        """What ``torch.autocast(device_type)`` does on this family."""
+    def run(self, graph: Graph, feeds: Mapping[str, ArrayLike | MetaArray]) -> RunResult:
+        """Run ``graph`` on host ``feeds`` (by input name): device segments compiled and run
+        on the stack, fallbacks on the CPU; the outputs (host arrays) and every op's route."""
+    def device_route(self, graph: Graph) -> Route | None:
+        """Why ``graph`` cannot run on the device as one compiled piece (the first op that
+        falls back, by route or because the compiler cannot lower it), or None when it can.
+        Ask before :meth:`prepare`."""
+    def prepare(self, graph: Graph, stream: Stream | None = None) -> ResidentPlan:
+        """Compile ``graph`` whole (after the family's decompositions) into a plan bound to
+        the stack's runtime that runs on device-resident buffers, on ``stream`` (the default
+        stream when None).  The caller owns the plan and releases it.  Raises the compiler's
+        error for a graph :meth:`device_route` rejects."""
+    def report(self) -> dict[str, Any]:
+        """This framework's part of the run report (JSON-serialisable)."""
 
 
 class FrameworkBase:
@@ -106,19 +145,22 @@ class FrameworkBase:
 
     seam = "framework"
     vendor = "base"
-    facts: dict = {}
+    facts: dict[str, Any] = {}
     #: shape-only mode (set at compose time): feeds and outputs are MetaArray, nothing computes
     meta = False
+    #: the collective handler of the run in progress (see :meth:`run`)
+    _collective: CollectiveHandler | None = None
 
     def __init__(self, compiler: Compiler, library: Library, runtime: Runtime, target: Target):
         f = self.facts["framework"]
         #: the PyTorch face (device properties, versions, autocast, ATen routes), checked once
         self.torch_face: TorchFace = parse_torch_face(f, f["device_type"], self.vendor)
         versions = dict(self.torch_face.versions)
-        if versions.get(f["version_field"]) is None:
+        version = versions.get(f["version_field"])
+        if version is None:
             raise ConfigError(f"vendor.toml [framework]: version_field {f['version_field']!r} is not "
                               "set in [framework.versions]", seam="framework", vendor=self.vendor)
-        self.face = Face(f["device_type"], f["module"], f["version_field"], versions[f["version_field"]],
+        self.face = Face(f["device_type"], f["module"], f["version_field"], version,
                          f["dist_backend"], f["pjrt_plugin"], f.get("rng", ""), self.torch_face.versions,
                          f.get("pjrt_platform", f["pjrt_plugin"]))
         cov = f["coverage"]
@@ -136,7 +178,7 @@ class FrameworkBase:
         self.target = target
         self.counts = {"graphs_run": 0, "ops_captured": 0, "native": 0, "decomposed": 0,
                        "fallback": 0, "device_segments": 0}
-        self.fallbacks: list[dict] = []
+        self.fallbacks: list[Fallback] = []
 
     def route(self, op: str) -> Route:
         if op in self.decomposed and OPS[op].decompose is not None:
@@ -148,7 +190,7 @@ class FrameworkBase:
         return Route(op, "fallback", f"no {self.vendor} device kernel for {op}; runs on the CPU")
 
     # -- the PyTorch face ([framework.torch] in vendor.toml; policy in layers/face.py) ---------
-    def torch_route(self, op) -> Route | None:
+    def torch_route(self, op: str | OpOverloadLike) -> Route | None:
         """How this family treats ATen ``op`` (an overload name such as ``aten::_softmax`` /
         ``aten::mean.dim``, or a torch OpOverload) before it reaches a device kernel:
         ``decomposed`` (always lowered with PyTorch's decomposition first), ``fallback`` (run
@@ -164,7 +206,7 @@ class FrameworkBase:
                          f"{tf.fallback[name]}")
         return None
 
-    def device_properties(self, driver, index: int = 0) -> dict:
+    def device_properties(self, driver: Driver, index: int = 0) -> dict[str, Any]:
         """What ``torch.<module>.get_device_properties(index)`` shows for this family, in its
         vocabulary (``_CudaDeviceProperties``-like, ``_XpuDeviceProperties``-like), built from
         ``driver.properties(index)`` and the chip spec."""
@@ -180,8 +222,9 @@ class FrameworkBase:
         return self.torch_face.autocast
 
     # -- running ------------------------------------------------------------------------------
-    def _check_feeds(self, graph: Graph, feeds: dict) -> dict[str, np.ndarray]:
-        out = {}
+    def _check_feeds(self, graph: Graph,
+                     feeds: Mapping[str, ArrayLike | MetaArray]) -> dict[str, HostValue]:
+        out: dict[str, HostValue] = {}
         names = {v.name for v in graph.inputs}
         extra = sorted(set(feeds) - names)
         if extra:
@@ -192,9 +235,9 @@ class FrameworkBase:
             if v.name not in feeds:
                 raise InvalidArgumentError(f"missing input {v.name!r} ({v.type})", seam="framework",
                                            vendor=self.vendor)
-            arr = feeds[v.name]
-            if not (self.meta and isinstance(arr, MetaArray)):
-                arr = np.asarray(arr)
+            given = feeds[v.name]
+            arr: HostValue = (given if self.meta and isinstance(given, MetaArray)
+                              else np.asarray(given))
             if tuple(arr.shape) != v.shape or arr.dtype != v.dtype.numpy:
                 raise InvalidArgumentError(
                     f"input {v.name!r} must be {v.type}, got {arr.dtype}[{','.join(map(str, arr.shape))}]",
@@ -207,14 +250,14 @@ class FrameworkBase:
                 out[v.name] = _c_order(arr)
         return out
 
-    def run(self, graph: Graph, feeds: dict[str, np.ndarray],
+    def run(self, graph: Graph, feeds: Mapping[str, ArrayLike | MetaArray],
             collective: CollectiveHandler | None = None) -> RunResult:
         """Run ``graph``; ``collective`` enqueues the communication of any ``all_reduce``
         over more than one rank (the caller owns the other ranks and the fabric)."""
         t0 = time.perf_counter()
         self._collective = collective
         graph.verify()
-        feeds = self._check_feeds(graph, feeds)
+        checked = self._check_feeds(graph, feeds)
         routes = [self.route(n.op) for n in graph.nodes]
         # ops the compiler says up front it cannot lower run on the CPU, with its reason
         ask = getattr(self.compiler, "unsupported", None)
@@ -225,10 +268,11 @@ class FrameworkBase:
         self.counts["ops_captured"] += len(graph.nodes)
         for r in routes:
             self.counts[r.kind] += 1
-        env: dict[int, np.ndarray] = {id(v): feeds[v.name] for v in graph.inputs}
+        env: dict[int, HostValue] = {id(v): checked[v.name] for v in graph.inputs}
         for v in graph.constants:
             env[id(v)] = MetaArray.like(v) if self.meta else _c_order(v.const)
-        plans, fallbacks = [], []
+        plans: list[CompiledGraph] = []
+        fallbacks: list[Fallback] = []
         segment: list[Node] = []
         for node, route in zip(graph.nodes, routes):
             if route.kind == "fallback":
@@ -246,11 +290,12 @@ class FrameworkBase:
         outputs = [env[id(v)] for v in graph.outputs]
         return RunResult(outputs, routes, fallbacks, plans, time.perf_counter() - t0)
 
-    def _run_on_host(self, node: Node, env: dict) -> None:
+    def _run_on_host(self, node: Node, env: dict[int, HostValue]) -> None:
         if self.meta:                      # shape-only: a host op produces a shape, nothing more
             env[id(node.outputs[0])] = MetaArray.like(node.outputs[0])
             return
-        args = [env[id(v)].astype(np.float64) if v.dtype.is_float else env[id(v)] for v in node.inputs]
+        data = [cast("NDArray[Any]", env[id(v)]) for v in node.inputs]   # not meta: every value is data
+        args = [a.astype(np.float64) if v.dtype.is_float else a for a, v in zip(data, node.inputs)]
         with np.errstate(all="ignore"):
             res = OPS[node.op].reference(*args, **node.attrs)
         out = node.outputs[0]
@@ -259,7 +304,7 @@ class FrameworkBase:
     def _segment_graph(self, graph: Graph, nodes: list[Node],
                        index: int) -> tuple[Graph, list[Value], list[Value]]:
         produced = {id(n.outputs[0]) for n in nodes}
-        later_uses = set()
+        later_uses: set[int] = set()
         after = False
         members = {id(n) for n in nodes}
         for n in graph.nodes:
@@ -293,13 +338,14 @@ class FrameworkBase:
             sub = decompose(sub, keep=frozenset(op for op in OPS if op not in self.decomposed))
         return sub, ext, outs
 
-    def _run_segment(self, graph: Graph, nodes: list[Node], env: dict, index: int) -> CompiledGraph:
+    def _run_segment(self, graph: Graph, nodes: list[Node], env: dict[int, HostValue],
+                     index: int) -> CompiledGraph:
         sub, ext, outs = self._segment_graph(graph, nodes, index)
         self.counts["device_segments"] += 1
         routines = self.library.ops() if self.library is not None else frozenset()
         plan = self.compiler.compile(sub, self.target, routines)
         results = execute_plan(plan, [env[id(v)] for v in ext], self.runtime, self.library,
-                               meta=self.meta, collective=getattr(self, "_collective", None))
+                               meta=self.meta, collective=self._collective)
         for v, arr in zip(outs, results):
             env[id(v)] = arr
         return plan
@@ -319,7 +365,7 @@ class FrameworkBase:
                              f"{cannot[node.op]}; runs on the CPU")
         return None
 
-    def prepare(self, graph: Graph, stream=None) -> "ResidentPlan":
+    def prepare(self, graph: Graph, stream: Stream | None = None) -> ResidentPlan:
         """Compile ``graph`` whole (after the family's decompositions) into a plan bound to
         this stack's runtime, run on device-resident buffers: a front end's eager ops and
         compiled graphs whose inputs already live on the device.  Plan inputs and outputs
@@ -333,7 +379,7 @@ class FrameworkBase:
         plan = self.compiler.compile(sub, self.target, routines)
         return ResidentPlan(plan, self.runtime, self.library, stream)
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         f = self.face
         return {"vendor": self.vendor, "device_type": f.device_type, "module": f.module,
                 f"version.{f.version_field}": f.version, "dist_backend": f.dist_backend,
@@ -355,8 +401,9 @@ def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
 
 
 def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, library: Library | None,
-               module, stream, collective: CollectiveHandler | None = None,
-               keep: frozenset = frozenset(), resident: bool = False) -> dict[int, int]:
+               module: Module | None, stream: Stream | None,
+               collective: CollectiveHandler | None = None,
+               keep: frozenset[int] = frozenset(), resident: bool = False) -> dict[int, int]:
     """Launch a plan's steps in order on ``stream``.
 
     ``ptrs`` holds the device address of every buffer the caller placed (inputs, constants,
@@ -368,6 +415,8 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
     On an error everything this call allocated is freed.  ``resident`` (a framework's
     eager path) takes temporaries from the runtime's stream-ordered caching allocator
     (``allocate``/``deallocate``: no device synchronisation) instead of ``malloc``/``free``."""
+    malloc: Callable[[int], int]
+    free: Callable[[int], None]
     if resident:
         malloc, free = (lambda n: runtime.allocate(n, stream)), runtime.deallocate
     else:
@@ -377,12 +426,13 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
     release: dict[int, list[int]] = {}
     mem = plan.memory
     slot_of = dict(mem.slots) if mem is not None else {}
+    slot_bytes = mem.slot_bytes if mem is not None else ()
     slot_ptr: dict[int, int] = {}
     for bid, i in last.items():
         if bid not in placed and bid not in slot_of:
             release.setdefault(i, []).append(bid)
-    for s, (_, end) in enumerate(mem.slot_span if mem is not None else ()):
-        release.setdefault(end, []).append(-1 - s)         # a slot: negative key
+    for n, (_, end) in enumerate(mem.slot_span if mem is not None else ()):
+        release.setdefault(end, []).append(-1 - n)         # a slot: negative key
     own: dict[int, int] = {}
     try:
         for i, step in enumerate(plan.steps):
@@ -394,9 +444,12 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
                         ptrs[bid] = own[bid] = malloc(plan.buffers[bid].nbytes)
                     else:
                         if s not in slot_ptr:
-                            slot_ptr[s] = malloc(mem.slot_bytes[s])
+                            slot_ptr[s] = malloc(slot_bytes[s])
                         ptrs[bid] = slot_ptr[s]
             if isinstance(step, KernelStep):
+                if module is None:     # a plan with kernels always carries their binary
+                    raise FornaxError(f"plan {plan.name!r} launches {step.entry} but has no binary",
+                                      seam="framework", op=step.entry)
                 args = {name: ptrs[bid] for name, bid in step.args.items()}
                 runtime.launch(module, step.entry, step.grid, args, stream)
             elif isinstance(step, LibraryStep):
@@ -441,8 +494,9 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
     return kept
 
 
-def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: Library | None,
-                 meta: bool = False, collective: CollectiveHandler | None = None) -> list:
+def execute_plan(plan: CompiledGraph, inputs: list[HostValue], runtime: Runtime,
+                 library: Library | None, meta: bool = False,
+                 collective: CollectiveHandler | None = None) -> list[HostValue]:
     """Run a compiled launch plan from host arrays: upload, launch in order, download, free.
 
     Inputs and constants are allocated and uploaded first; the steps run as
@@ -467,10 +521,10 @@ def execute_plan(plan: CompiledGraph, inputs: list, runtime: Runtime, library: L
         module = runtime.load_module(plan.binary) if plan.binary is not None else None
         ptrs.update(_run_steps(plan, dict(ptrs), runtime, library, module, stream, collective,
                                keep=frozenset(plan.outputs)))
-        results = []
+        results: list[HostValue] = []
         for bid in plan.outputs:
             buf = plan.buffers[bid]
-            out = (MetaArray(buf.shape, buf.dtype.numpy) if meta
+            out: HostValue = (MetaArray(buf.shape, buf.dtype.numpy) if meta
                    else np.empty(buf.shape, dtype=buf.dtype.numpy))
             runtime.memcpy_d2h(out, ptrs[bid], stream, blocking=False)
             results.append(out)
@@ -494,7 +548,7 @@ class ResidentPlan:
     device to device into the caller's output."""
 
     def __init__(self, plan: CompiledGraph, runtime: Runtime, library: Library | None,
-                 stream=None):
+                 stream: Stream | None = None):
         self.plan, self.runtime, self.library = plan, runtime, library
         self.module = runtime.load_module(plan.binary) if plan.binary is not None else None
         self.constants: dict[int, int] = {}
@@ -505,24 +559,25 @@ class ResidentPlan:
                 runtime.memcpy_h2d(self.constants[bid], _c_order(buf.data), stream)
         self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
         self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
-        self._copy_out = []          # outputs that need a device-to-device copy after the steps
+        self._copy_out: list[bool] = []          # outputs that need a device-to-device copy after the steps
         seen = set(plan.inputs) | set(self.constants)
         for i, bid in enumerate(plan.outputs):
             self._copy_out.append(bid in seen)
             seen.add(bid)
         # one kernel over inputs, constants and outputs only (most eager ops): launch it
         # directly, no buffer bookkeeping
-        self._single = None
+        #: (entry, grid, [(param, "c"|"i"|"o", constant buffer id or input/output index)])
+        self._single: tuple[str, tuple[int, int, int], list[tuple[str, str, int]]] | None = None
         if len(plan.steps) == 1 and isinstance(plan.steps[0], KernelStep) and not any(self._copy_out):
             step = plan.steps[0]
-            where = {bid: ("c", bid) for bid in self.constants}
+            where: dict[int, tuple[str, int]] = {bid: ("c", bid) for bid in self.constants}
             where.update({bid: ("i", k) for k, bid in enumerate(plan.inputs)})
             where.update({bid: ("o", k) for k, bid in enumerate(plan.outputs)})
             if all(bid in where for bid in step.args.values()):
                 self._single = (step.entry, step.grid,
                                 [(name, *where[bid]) for name, bid in step.args.items()])
 
-    def __call__(self, in_ptrs: list[int], out_ptrs: list[int], stream=None,
+    def __call__(self, in_ptrs: list[int], out_ptrs: list[int], stream: Stream | None = None,
                  collective: CollectiveHandler | None = None) -> None:
         plan, runtime = self.plan, self.runtime
         if len(in_ptrs) != len(plan.inputs) or len(out_ptrs) != len(plan.outputs):
@@ -532,6 +587,9 @@ class ResidentPlan:
         stream = stream if stream is not None else runtime.default_stream()
         if self._single is not None:
             entry, grid, binds = self._single
+            if self.module is None:    # one kernel step: the plan has its binary
+                raise FornaxError(f"plan {plan.name!r} launches {entry} but has no binary",
+                                  seam="framework", op=entry)
             src = {"i": in_ptrs, "o": out_ptrs}
             args = {name: self.constants[k] if kind == "c" else src[kind][k] for name, kind, k in binds}
             runtime.launch(self.module, entry, grid, args, stream)

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from ..sim.isa import InvalidProgram, Program
+from ..sim.faults import InvalidProgram
+from ..sim.isa import Program
 from .binary import ContainerError, KernelBinary
-from .compiler import CompiledGraph, Target
+from .compiler import CompiledGraph, CompileOptions, Compiler, Target
 from .errors import BinaryError, ConfigError, FornaxError
+from .graph import Graph
 
 #: decoder: a source-format binary -> its kernels by name (raises ContainerError/InvalidProgram)
 Decoder = Callable[[KernelBinary], dict[str, Program]]
@@ -55,7 +57,7 @@ class TranslationPath:
         return self.cost_s + self.cost_s_per_kib * nbytes / 1024
 
 
-def translation_paths(facts: dict, vendor: str) -> list[TranslationPath]:
+def translation_paths(facts: dict[str, Any], vendor: str) -> list[TranslationPath]:
     """The ``[[translators]]`` a family declares, checked key by key."""
     raw = facts.get("translators", [])
     if not isinstance(raw, list):
@@ -166,7 +168,7 @@ class Translator:
         self._done[key] = out
         return out
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         p = self.path
         return {"name": p.name, "from": p.from_format, "to": p.to_format, "declared_by": p.vendor,
                 "cost_s": p.cost_s, "cost_s_per_kib": p.cost_s_per_kib, **self.counts,
@@ -181,12 +183,13 @@ class TranslatingCompiler:
     destination format for the device the driver names.  Everything else
     (counters, cache, options) is the inner compiler's."""
 
-    def __init__(self, inner, translator: Translator, source_arch: str):
+    def __init__(self, inner: Compiler, translator: Translator, source_arch: str):
         self.inner = inner
         self.translator = translator
         self.source_arch = source_arch
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
+        # whatever else the inner compiler offers (cache, options, counters) is its own
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
@@ -195,14 +198,23 @@ class TranslatingCompiler:
     def vendor(self) -> str:
         return self.inner.vendor
 
+    @property
+    def compile_wall_s(self) -> float:
+        return self.inner.compile_wall_s
+
+    def unsupported(self, graph: Graph,
+                    library_routines: frozenset[str] = frozenset()) -> dict[str, str]:
+        return self.inner.unsupported(graph, library_routines)
+
     def output_formats(self) -> tuple[str, ...]:
         return (self.translator.to_format,)
 
     def source_target(self, target: Target) -> Target:
         return Target(self.source_arch, self.translator.from_format, target.compute_units)
 
-    def compile(self, graph, target: Target, *args, **kwargs) -> CompiledGraph:
-        plan = self.inner.compile(graph, self.source_target(target), *args, **kwargs)
+    def compile(self, graph: Graph, target: Target, library_routines: frozenset[str] = frozenset(),
+                options: CompileOptions | None = None) -> CompiledGraph:
+        plan = self.inner.compile(graph, self.source_target(target), library_routines, options)
         if plan.binary is None:
             return plan
         src = plan.binary
@@ -211,7 +223,7 @@ class TranslatingCompiler:
             f"translate: {src.format}:{src.target} -> {binary.format}:{binary.target} by "
             f"{self.translator.path.name} ({len(src.data)} -> {len(binary.data)} bytes)"])
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         rep = dict(self.inner.report())
         rep["translator"] = self.translator.report()
         return rep

@@ -22,7 +22,7 @@ SEAMS = ("framework", "compiler", "library", "runtime", "driver")
 class Vendor:
     name: str
     description: str
-    facts: dict
+    facts: dict[str, Any]
     driver: Callable[..., Any]       # (devices) -> Driver
     runtime: Callable[..., Any]      # (driver) -> Runtime
     library: Callable[..., Any]      # (runtime) -> Library
@@ -30,10 +30,12 @@ class Vendor:
     framework: Callable[..., Any]    # (compiler, library, runtime, target) -> Framework
 
     def factory(self, seam: str) -> Callable[..., Any]:
-        return getattr(self, seam)
+        """The constructor of seam ``seam`` (driver, runtime, library, compiler, framework)."""
+        make: Callable[..., Any] = getattr(self, seam)
+        return make
 
 
-def load_facts(package: str) -> dict:
+def load_facts(package: str) -> dict[str, Any]:
     """Read ``vendor.toml`` from a vendor package and check it against the shipped schema
     (``fornax/schemas/vendor-facts.schema.json``): a missing or mistyped fact is one line
     naming the file, the table and the key, not a KeyError deep inside a seam."""
@@ -46,7 +48,7 @@ def load_facts(package: str) -> dict:
     return facts
 
 
-def check_facts(facts: dict, where: str = "vendor.toml") -> None:
+def check_facts(facts: dict[str, Any], where: str = "vendor.toml") -> None:
     """Raise a ConfigError naming ``where``, the table and the key if ``facts`` break the schema."""
     import jsonschema
 

@@ -47,7 +47,7 @@ def test_a_synchronising_finaliser_while_a_packet_is_built_does_not_hang(vendor,
     wait for that packet, which is not on the hardware queue yet."""
     import numpy as np
 
-    from fornax.layers import driver as driver_mod
+    from fornax.layers.driver import queue as driver_mod
     rt = get_vendor(vendor).runtime(get_vendor(vendor).driver([Device(load_spec("tiny"), 0)]))
     ptr = rt.malloc(4096)
     real = driver_mod.Packet

@@ -10,12 +10,14 @@ are merged first, so expressions over them meet too.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..graph import Graph, Value
 from . import copy_node
 from .fold import FOLD_LIMIT
 
 
-def _attr_key(attrs: dict) -> str:
+def _attr_key(attrs: dict[str, Any]) -> str:
     return repr(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
 
 
@@ -24,18 +26,18 @@ def cse(graph: Graph) -> Graph:
     env: dict[int, Value] = {}
     for v in graph.inputs:
         env[id(v)] = out.input(v.name, v.shape, v.dtype)
-    consts: dict[tuple, Value] = {}
+    consts: dict[tuple[str, bytes], Value] = {}       # (type, bytes) -> the one kept
     for v in graph.constants:
-        key = None
-        if v.type.numel <= FOLD_LIMIT:
-            key = (str(v.type), v.const.tobytes())
-            if key in consts:
-                env[id(v)] = consts[key]
+        small: tuple[str, bytes] | None = None
+        if v.type.numel <= FOLD_LIMIT and v.const is not None:     # a constant holds its data
+            small = (str(v.type), v.const.tobytes())
+            if small in consts:
+                env[id(v)] = consts[small]
                 continue
         env[id(v)] = out.constant(v.const, v.name)
-        if key is not None:
-            consts[key] = env[id(v)]
-    seen: dict[tuple, Value] = {}
+        if small is not None:
+            consts[small] = env[id(v)]
+    seen: dict[tuple[str, tuple[int, ...], str], Value] = {}   # (op, operand ids, attributes)
     for node in graph.nodes:
         args = [env[id(v)] for v in node.inputs]
         key = (node.op, tuple(id(a) for a in args), _attr_key(node.attrs))

@@ -8,11 +8,17 @@ itself and is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeAlias
+
 from ..graph import OPS, Graph, Node, Value
 from . import rebuild
 
+#: which composites to leave whole: op names, or a predicate on the node
+Keep: TypeAlias = "frozenset[str] | Callable[[Node], bool]"
 
-def decompose(graph: Graph, keep=frozenset()) -> Graph:
+
+def decompose(graph: Graph, keep: Keep = frozenset()) -> Graph:
     """Replace composite ops (except those in ``keep``: op names, or a predicate on the node)
     by their decompositions."""
     def kept(node: Node) -> bool:
@@ -23,7 +29,8 @@ def decompose(graph: Graph, keep=frozenset()) -> Graph:
             return args[0]                       # a sum over one rank is the value itself
         opdef = OPS[node.op]
         if opdef.decompose is not None and not kept(node):
-            return opdef.decompose(out, args, node.attrs)
+            value: Value = opdef.decompose(out, args, node.attrs)
+            return value
         return None
     # a decomposition may use other composites (layer norm -> reduce_mean): repeat until none is left
     for _ in range(8):

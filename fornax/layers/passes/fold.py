@@ -30,8 +30,12 @@ def fold(graph: Graph, limit: int = FOLD_LIMIT) -> Graph:
     def rewrite(out: Graph, node: Node, args: list[Value]) -> Value | None:
         if not foldable(node, args, limit):
             return None
+        consts = [a.const for a in args]
+        if any(c is None for c in consts):     # foldable() checked: every operand is a constant
+            return None
         with np.errstate(all="ignore"):
-            res = OPS[node.op].reference(*(_to_f64(a.const) for a in args), **node.attrs)
+            res = OPS[node.op].reference(*(_to_f64(c) for c in consts if c is not None),
+                                         **node.attrs)
         res_t = node.outputs[0].type
         arr = np.ascontiguousarray(np.asarray(res).astype(res_t.dtype.numpy).reshape(res_t.shape))
         return out.constant(arr, node.outputs[0].name)

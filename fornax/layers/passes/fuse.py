@@ -40,7 +40,7 @@ def _consumes_group(group: Group, node: Node) -> bool:
     return any(group.produces(v) for v in node.inputs)
 
 
-def fuse(graph: Graph, library_ops: frozenset, enabled: bool = True) -> list[Group]:
+def fuse(graph: Graph, library_ops: frozenset[str], enabled: bool = True) -> list[Group]:
     """Greedy producer-consumer fusion in topological order (``enabled=False``: one node per group)."""
     groups: list[Group] = []
     cur: Group | None = None
@@ -72,7 +72,7 @@ def fuse(graph: Graph, library_ops: frozenset, enabled: bool = True) -> list[Gro
             joinable = (cur is not None and not cur.closed and cur.kind in ("pointwise", "reduction")
                         and cur.space == x.shape and cur.axis in (None, axis)
                         and _consumes_group(cur, node))
-            if joinable:
+            if joinable and cur is not None:
                 cur.nodes.append(node)
                 cur.kind, cur.axis = "reduction", axis
             else:
@@ -103,7 +103,7 @@ def fuse(graph: Graph, library_ops: frozenset, enabled: bool = True) -> list[Gro
         fits = (cur is not None and not cur.closed and cur.kind != "library"
                 and (out.shape == cur.space or (cur.kind == "reduction" and out.shape == reduced))
                 and _consumes_group(cur, node))
-        if fits:
+        if fits and cur is not None:
             cur.nodes.append(node)
         else:
             cur = start(Group("pointwise", [node], out.shape))

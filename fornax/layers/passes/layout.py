@@ -19,13 +19,15 @@ feeding a ``matmul`` stays a separate (layout) kernel.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..graph import OPS, Graph, Node, Value
 from . import rebuild
 
 
-def _perm(attrs: dict, rank: int) -> tuple[int, ...]:
+def _perm(attrs: dict[str, Any], rank: int) -> tuple[int, ...]:
     perm = attrs.get("perm")
     return tuple(perm) if perm is not None else tuple(reversed(range(rank)))
 
@@ -47,13 +49,17 @@ def layout(graph: Graph) -> Graph:
             if OPS[u.op].kind != "elementwise":
                 return False
             others = [w.shape for w in u.inputs if w is not v]
+            if v.producer is None:          # v is a broadcast's output: it has its producer
+                return False
             src = v.producer.inputs[0].shape
             if tuple(np.broadcast_shapes(src, *others)) != u.outputs[0].shape:
                 return False
         return True
 
     def rewrite(out: Graph, node: Node, args: list[Value]) -> Value | None:
-        x = args[0] if args else None
+        if not args:                  # the ops rewritten here all have an operand
+            return None
+        x = args[0]
         if node.op == "transpose":
             perm = _perm(node.attrs, len(x.shape))
             p = x.producer

@@ -23,7 +23,7 @@ class MemoryPlan:
     slots: dict[int, int]                  # temp buffer id -> slot
     slot_bytes: tuple[int, ...]            # slot -> bytes
     slot_span: tuple[tuple[int, int], ...]  # slot -> (first step, last step)
-    pinned: frozenset = field(default_factory=frozenset)
+    pinned: frozenset[int] = field(default_factory=frozenset)
     peak_bytes: int = 0
     total_bytes: int = 0
 

@@ -14,6 +14,7 @@ them to the compiler.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import codegen
 from ..graph import OPS, Graph, Node
@@ -23,12 +24,12 @@ _GEMM = ("matmul",)
 _COLLECTIVE = ("all_reduce",)
 
 
-def library_ops(policy: frozenset, routines: frozenset) -> frozenset:
+def library_ops(policy: frozenset[str], routines: frozenset[str]) -> frozenset[str]:
     """The ops routed to the library: in the family's policy and offered by the library."""
     return frozenset(op for op in policy if op in routines)
 
 
-def library_call(node: Node, dnn: dict | None) -> tuple[str, dict] | None:
+def library_call(node: Node, dnn: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
     """(routine, params) when the library's DNN routines compute whole ``node``, else None.
 
     ``convolution``: 2-D NCHW with symmetric padding -> ``conv2d_fwd`` (weight OIHW, output
@@ -73,7 +74,7 @@ def lowerable(op: str) -> bool:
             or OPS[op].kind == "indexed")
 
 
-def unsupported(graph: Graph, routed: frozenset = frozenset()) -> dict[str, str]:
+def unsupported(graph: Graph, routed: frozenset[str] = frozenset()) -> dict[str, str]:
     """op -> reason, for every op of ``graph`` this compiler cannot lower.
 
     A composite is lowerable when its decomposition (built on the node's own

@@ -23,6 +23,9 @@ A rewrite applies only when the replacement has exactly the node's type
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from ..graph import Graph, Node, Value
@@ -33,7 +36,7 @@ def _all(v: Value, x: float) -> bool:
     return v.const is not None and v.const.size > 0 and bool(np.all(v.const == x))
 
 
-def _perm(node_or_attrs, rank: int) -> tuple[int, ...]:
+def _perm(node_or_attrs: Mapping[str, Any], rank: int) -> tuple[int, ...]:
     perm = node_or_attrs.get("perm")
     return tuple(perm) if perm is not None else tuple(reversed(range(rank)))
 

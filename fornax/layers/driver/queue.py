@@ -1,0 +1,319 @@
+"""Driver queues: :class:`QueueBase`, the shared policy of a queue of device work.
+
+Validation, completion tracking through a timeline semaphore, host waits, and the
+functional effect and cost of each launch and copy.  A vendor queue implements
+:meth:`QueueBase._submit` — how a packet reaches the hardware in that family (a
+stream push, an AQL packet and a doorbell, a command-list append and execute).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ...sim.device import Device
+from ...sim.faults import PageFault, SimError
+from ...sim.isa import Program
+from ...sim.memory import defer
+from ...sim.timeline import HardwareQueue, Packet, Semaphore
+from .core import is_int
+from .kernel_log import KernelRecord
+from .memory import DriverMemory
+from .protocol import Context, HostArray, KernelArgs, Marker, Module
+
+#: a packet's functional effect: runs when the packet executes, returns its duration (s)
+Work = Callable[[], float]
+
+
+class QueueBase:
+    """Shared queue policy: validation, completion tracking, host waits.
+
+    A vendor queue implements :meth:`_submit` — how a packet reaches the
+    hardware in that family (a stream push, an AQL packet and a doorbell, a
+    command-list append and execute).
+    """
+
+    flavour = "queue"
+
+    def __init__(self, driver: DriverMemory, ctx: Context):
+        self.driver = driver
+        self.ctx = ctx
+        self.device: Device = ctx.device
+        self.hwq: HardwareQueue = ctx.device.timeline.create_queue(f"{driver.vendor}:{self.flavour}")
+        ctx.queues.append(self)
+        self.sem = Semaphore(f"{self.flavour}{self.hwq.id}")
+        self.destroyed = False
+        self.submitted = 0
+        self._pending_waits: list[tuple[Semaphore, int]] = []
+        #: share of the spec's launch latency charged to kernels dispatched now (the runtime
+        #: lowers it while it replays a captured graph: one graph launch, cheap nodes)
+        self.launch_scale = 1.0
+
+    # -- vendor hooks -----------------------------------------------------------
+    def _submit(self, packet: Packet) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """The queue is destroyed: give back what the family's queue holds in its context
+        (work already submitted has read everything it needs)."""
+
+    def _push(self, engine: str, work: Work, label: str, kind: str,
+              also_signal: Iterable[tuple[Semaphore, int]] = ()) -> None:
+        # ``submitted`` counts a packet only once it is on the hardware queue: the garbage
+        # collector can run a finaliser while the packet is built or submitted, and a free
+        # that synchronises waits for ``submitted`` (which must not name this packet yet)
+        if self.destroyed:
+            raise self.driver.fail("invalid_handle", f"{self.flavour} {self.hwq.id} was destroyed",
+                                   call="destroy_queue", hint="create a new queue")
+        value = self.submitted + 1
+        waits, self._pending_waits = self._pending_waits, []
+        packet = Packet(engine, work, label, kind, waits=waits, signals=[(self.sem, value), *also_signal])
+        self._submit(packet)
+        self.submitted = value
+
+    # -- work -------------------------------------------------------------------
+    def launch(self, module: Module, entry: str, grid: Sequence[int], args: KernelArgs) -> None:
+        d = self.driver
+        d.check(self.ctx, "launch")
+        if not isinstance(module, Module) or module.context is not self.ctx or not module.loaded:
+            raise d.fail("invalid_handle", "the module is not loaded in this queue's context",
+                         call="launch")
+        program = module.kernels.get(entry)
+        if program is None:
+            raise d.fail("kernel_not_found", f"no kernel named {entry!r} in the module "
+                         f"(it has {', '.join(module.kernels) or 'none'})", call="get_function")
+        padded = tuple(int(g) for g in grid) + (1,) * (3 - len(tuple(grid)))
+        spec = self.device.spec
+        if len(padded) != 3 or any(g <= 0 or g > m for g, m in zip(padded, spec.max_grid)):
+            raise d.fail("invalid_value", f"grid {padded} is outside the device limits "
+                         f"{spec.max_grid}", call="launch")
+        group = int(program.meta.get("group_size", d.facts["driver"]["simd_width"]))
+        if group > spec.max_group_size:
+            raise d.fail("invalid_group_size", f"kernel {entry!r} needs work-groups of {group} lanes; "
+                         f"the device allows {spec.max_group_size}", call="launch")
+        regs = int(program.meta.get("registers", 0))       # 32-bit registers per lane
+        if regs * group > spec.registers_per_unit:
+            raise d.fail("out_of_registers", f"kernel {entry!r} needs {regs} registers per lane x "
+                         f"{group} lanes = {regs * group}; a compute unit has "
+                         f"{spec.registers_per_unit}", call="launch",
+                         hint="launch smaller work-groups or build the kernel with fewer registers")
+        smem = int(program.meta.get("shared_memory", 0))   # bytes per work-group
+        if smem > spec.shared_memory_per_unit:
+            raise d.fail("out_of_shared_memory", f"kernel {entry!r} needs {smem} bytes of shared "
+                         f"memory per work-group; a compute unit has {spec.shared_memory_per_unit}",
+                         call="launch", hint="use a smaller tile")
+        missing = [p.name for p in program.params if p.name not in args]
+        if missing:
+            raise d.fail("invalid_value", f"kernel {entry!r} is missing argument(s) "
+                         f"{', '.join(missing)}", call="launch")
+        d.counts["launches"] += 1
+        self._dispatch(program, entry, (padded[0], padded[1], padded[2]), dict(args))
+
+    def _kernel_work(self, program: Program, entry: str, grid: tuple[int, int, int],
+                     args: KernelArgs) -> Work:
+        """The functional effect and cost of one kernel, run when its packet executes."""
+        d, space, device = self.driver, self.ctx.space, self.device
+        saved = 1.0 - self.launch_scale          # fixed at dispatch, like the launch path taken
+        seq = d.counts["launches"]               # this launch's number (it runs later, in queue order)
+
+        def work() -> float:
+            counters, cost = device.run_kernel(space, program, grid, args)
+            # migrations / remote reads of managed memory (none to look for without managed memory)
+            extra = d.managed_device_access(
+                device, space, [*counters.read_ranges.values(), *counters.write_ranges.values()]
+            ) if d._managed else 0.0
+            duration = cost.duration_s - saved * cost.launch_s
+            flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
+            d.kernel_log.append(KernelRecord(entry, grid, duration, flops,
+                                             counters.bytes_read + counters.bytes_written, cost.bound,
+                                             seq))
+            device.timeline.annotate(
+                reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
+                writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
+                grid=list(grid), flops=flops, bytes=counters.bytes_read + counters.bytes_written,
+                bound=cost.bound)
+            return duration + extra
+
+        return work
+
+    def prefetch(self, address: int, nbytes: int) -> None:
+        """Migrate managed memory to the device ahead of use, in queue order, on a copy
+        engine (cuMemPrefetchAsync, hipMemPrefetchAsync, zeCommandListAppendMemoryPrefetch).
+        Where the family's device reads managed memory remotely it moves nothing."""
+        d, call = self.driver, "prefetch"
+        d.check(self.ctx, call)
+        lo, hi = int(address), int(address) + int(nbytes)
+        if nbytes <= 0 or not any(d._regions(self.ctx.space, lo, hi)):
+            raise d.fail("invalid_value", f"{nbytes} bytes at {lo:#x} are not managed memory",
+                         call=call, address=lo, hint="prefetch applies to managed allocations")
+        space, device = self.ctx.space, self.device
+
+        def work() -> float:
+            if d.managed_policy(device) != "migrate":
+                return 0.0
+            moved = sum(d._migrate(r, a, b, True)[1] for r, a, b in list(d._regions(space, lo, hi)))
+            d.counts["managed_prefetch_bytes"] += moved
+            t = moved / device.spec.host_link_bandwidth
+            d.managed_migration_s += t
+            return t
+
+        self._push("copy", work, f"prefetch {nbytes}B", "copy")
+
+    def _dispatch(self, program: Program, entry: str, grid: tuple[int, int, int],
+                  args: KernelArgs) -> None:
+        """How a validated launch reaches the hardware; families may encode packets here."""
+        self._push("compute", self._kernel_work(program, entry, grid, args), entry, "kernel")
+
+    def check_marker(self, marker: object, call: str = "wait") -> Marker:
+        if not isinstance(marker, Marker):
+            raise self.driver.fail("invalid_handle", f"expected an event/marker recorded on a queue, "
+                                   f"got {type(marker).__name__}", call=call)
+        return marker
+
+    def _check_range(self, address: int, nbytes: int, call: str) -> None:
+        if not is_int(address) or not is_int(nbytes) or nbytes < 0:
+            raise self.driver.fail("invalid_value", f"a copy needs an integer device address and size, "
+                                   f"got address {address!r} and size {nbytes!r}", call=call)
+        try:
+            self.ctx.space.resolve(int(address), int(nbytes), "copy")
+        except PageFault as exc:
+            raise self.driver.fail("invalid_value", f"copy of {nbytes} bytes at {int(address):#x} is "
+                                   f"outside device memory: {exc.detail}", call=call,
+                                   address=int(address)) from None
+
+    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0) -> None:
+        """``host_rate``: share of the host link's bandwidth the host side sustains (1 for
+        pinned memory; below 1 for pageable memory staged through a bounce buffer)."""
+        d = self.driver
+        d.check(self.ctx, "copy_h2d")
+        meta = self.device.meta            # shape-only: priced and counted, no bytes move
+        if not meta and not isinstance(src, np.ndarray):
+            raise d.fail("invalid_value", f"the host source must be a numpy array, got "
+                         f"{type(src).__name__}", call="copy_h2d")
+        # staged at submit, as pageable memory is (only a shape-only device takes a shape)
+        data = np.ascontiguousarray(src).tobytes() if isinstance(src, np.ndarray) and not meta else b""
+        size = int(src.nbytes) if meta else len(data)
+        self._check_range(dst, size, "copy_h2d")
+        d.counts["copies"] += 1
+        d.counts["h2d_bytes"] += size
+        space, device = self.ctx.space, self.device
+
+        def work() -> float:
+            duration = device.copy_duration(size, "h2d")     # first: a fault stops the copy
+            duration += (1.0 / host_rate - 1.0) * size / device.spec.host_link_bandwidth
+            if not meta:
+                space.write(int(dst), data)
+            device.timeline.annotate(writes=[(int(dst), int(dst) + size, "dst")],
+                                     bytes=size, direction="h2d")
+            return duration
+
+        self._push("copy", work, f"h2d {size}B", "copy")
+
+    def copy_d2h(self, dst: HostArray, src: int, host_rate: float = 1.0) -> None:
+        d = self.driver
+        d.check(self.ctx, "copy_d2h")
+        meta = self.device.meta            # shape-only: dst may be a shape descriptor; no bytes move
+        if not meta and not (isinstance(dst, np.ndarray) and dst.flags.c_contiguous
+                             and dst.flags.writeable):
+            raise d.fail("invalid_value", "the host destination must be a writable contiguous array",
+                         call="copy_d2h")
+        nbytes = dst.nbytes
+        self._check_range(src, nbytes, "copy_d2h")
+        d.counts["copies"] += 1
+        d.counts["d2h_bytes"] += nbytes
+        space, device = self.ctx.space, self.device
+        out = dst.reshape(-1).view(np.uint8) if isinstance(dst, np.ndarray) and not meta else None
+
+        def work() -> float:
+            duration = device.copy_duration(nbytes, "d2h")
+            duration += (1.0 / host_rate - 1.0) * nbytes / device.spec.host_link_bandwidth
+            # the host buffer fills when the copy completes, like device memory does
+            if not meta:
+                defer(np.copyto, out, np.frombuffer(space.read(int(src), nbytes), dtype=np.uint8))
+            device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
+                                     bytes=nbytes, direction="d2h")
+            return duration
+
+        self._push("copy", work, f"d2h {nbytes}B", "copy")
+
+    def copy_d2d(self, dst: int, src: int, nbytes: int) -> None:
+        d = self.driver
+        d.check(self.ctx, "copy_d2d")
+        self._check_range(src, nbytes, "copy_d2d")
+        self._check_range(dst, nbytes, "copy_d2d")
+        d.counts["copies"] += 1
+        d.counts["d2d_bytes"] += nbytes
+        space, device = self.ctx.space, self.device
+
+        def work() -> float:
+            duration = device.copy_duration(nbytes, "d2d")
+            if not device.meta:
+                space.write(int(dst), space.read(int(src), nbytes))
+            device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
+                                     writes=[(int(dst), int(dst) + nbytes, "dst")],
+                                     bytes=nbytes, direction="d2d")
+            return duration
+
+        self._push("copy", work, f"d2d {nbytes}B", "copy")
+
+    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from ``src`` in this queue's context to ``dst`` in ``dst_ctx`` on
+        another device, over the fabric's link (a peer-link engine of this device's
+        timeline), priced by the topology.  Like a peer memcpy it needs no peer access."""
+        d, call = self.driver, "copy_peer"
+        d.check(self.ctx, call)
+        d.check(dst_ctx, call)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+            raise d.fail("invalid_value", f"copy size must be a positive integer, got {nbytes!r}",
+                         call=call)
+        nbytes = int(nbytes)
+        a, b = d.devices.index(self.device), d.devices.index(dst_ctx.device)
+        if a == b:
+            raise d.fail("invalid_value", f"both contexts are on device {a}; a peer copy is "
+                         "between two devices", call=call, hint="use a device-to-device copy")
+        if not d.can_access_peer(a, b):
+            raise d.fail("peer_access_unsupported", f"no fabric joins device {a} and device {b}",
+                         call=call, hint="compose the stack with devices > 1")
+        self._check_range(src, nbytes, call)
+        try:
+            dst_ctx.space.resolve(int(dst), nbytes, "copy")
+        except PageFault as exc:
+            raise d.fail("invalid_value", f"copy of {nbytes} bytes to {int(dst):#x} on device {b} is "
+                         f"outside its memory: {exc.detail}", call=call, address=int(dst)) from None
+        d.counts["copies"] += 1
+        d.counts["peer_bytes"] += nbytes
+        src_space, dst_space, device = self.ctx.space, dst_ctx.space, self.device
+
+        def work() -> float:
+            duration = device.peer_copy_duration(nbytes, b)     # first: a fault stops the copy
+            if not device.meta:                                 # shape-only: priced, no bytes move
+                dst_space.write(int(dst), src_space.read(int(src), nbytes))
+            device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
+                                     writes=[(int(dst), int(dst) + nbytes, "dst")],
+                                     bytes=nbytes, direction=f"peer {a}->{b}")
+            return duration
+
+        topology = device.topology
+        if topology is None:            # can_access_peer said a fabric joins the two devices
+            raise d.fail("peer_access_unsupported", f"device {a} is on no fabric", call=call)
+        self._push(topology.egress(a, b), work, f"peer {a}->{b} {nbytes}B", "copy")
+
+    # -- ordering ---------------------------------------------------------------
+    def record(self) -> Marker:
+        return Marker(self.sem, self.submitted)
+
+    def wait(self, marker: Marker) -> None:
+        """Later work on this queue starts only after ``marker`` is reached."""
+        self.check_marker(marker)
+        self._pending_waits.append((marker.sem, marker.value))
+
+    def synchronize(self) -> None:
+        d = self.driver
+        d.check(self.ctx, "synchronize")
+        if self._pending_waits:
+            self._push("compute", lambda: 0.0, "wait", "barrier")
+        try:
+            self.device.timeline.wait(self.sem, self.submitted)
+        except SimError as exc:
+            raise d.fault(self.ctx, exc, "synchronize") from None
