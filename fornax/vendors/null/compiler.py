@@ -10,6 +10,7 @@ class NullCompiler:
     """Graph IR in, kernel binaries and a launch plan out — to be written."""
 
     vendor = FACTS["name"]
+    compile_wall_s = 0.0          # host seconds spent compiling (the report shows it)
 
     def output_formats(self):
         raise not_implemented("compiler.output_formats")

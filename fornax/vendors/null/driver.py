@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fornax.layers.errors import NotSupportedError
+from fornax.layers.errors import ErrorTable, NotSupportedError
 from .facts import FACTS
 
 
@@ -27,6 +27,14 @@ class NullDriver:
         self.counts: dict = {}
         self.kernel_log: list = []
         self.module_load_s = 0.0
+        self.managed_migration_s = 0.0
+        # the family's vocabulary and policy, from vendor.toml: [driver.calls] (call -> API
+        # name), [errors] (codes; fornax.layers.errors.ErrorTable), [driver.contexts] current
+        self.calls: dict = {}
+        self.errors = ErrorTable(FACTS["name"], {}, {}, seam="driver", vendor=FACTS["name"])
+        self.context_rule = "explicit"
+        self.sticky_conditions: set = set()      # faults that poison a context ([errors] sticky)
+        self.lost_conditions: set = set()        # faults that lose the device ([errors] lost)
 
     def device_count(self):
         raise not_implemented("driver.device_count")
@@ -45,6 +53,9 @@ class NullDriver:
 
     def destroy_context(self, ctx):
         raise not_implemented("driver.destroy_context")
+
+    def pop_current(self):
+        raise not_implemented("driver.pop_current")
 
     def allocate(self, ctx, nbytes, kind="device"):
         raise not_implemented("driver.allocate")

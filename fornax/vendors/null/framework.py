@@ -11,8 +11,19 @@ class NullFramework:
 
     vendor = FACTS["name"]
 
+    #: shape-only mode, set at compose time
+    meta = False
+    #: the PyTorch face: fornax.layers.face.parse_torch_face over vendor.toml [framework.torch]
+    torch_face = None
+
     def __init__(self, compiler, library, runtime, target):
         self.compiler, self.library, self.runtime, self.target = compiler, library, runtime, target
+
+    def device_route(self, graph):
+        raise not_implemented("framework.device_route")
+
+    def prepare(self, graph, stream=None):
+        raise not_implemented("framework.prepare")
 
     @property
     def face(self):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fornax.layers.errors import ErrorTable
+
 from .driver import not_implemented
 from .facts import FACTS
 
@@ -14,6 +16,10 @@ class NullRuntime:
 
     def __init__(self, driver):
         self.driver = driver
+        # the family's vocabulary, from vendor.toml: [runtime.calls] (call -> API name) and
+        # [runtime.errors] (codes; fornax.layers.errors.ErrorTable)
+        self.calls: dict = {}
+        self.errors = ErrorTable(FACTS["name"], {}, {}, seam="runtime", vendor=FACTS["name"])
 
     def device_count(self):
         raise not_implemented("runtime.device_count")
