@@ -31,7 +31,9 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, cast
+
+import numpy as np
 from pathlib import Path
 
 from . import report as report_mod
@@ -158,7 +160,8 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
             result, scenario = wl.runner(stack, cfg.seed)
         elif graph is not None and feeds is not None:
             result = stack.run(graph, feeds)
-            nums = [] if cfg.meta else numerics(graph, result.outputs, feeds)   # meta: no data
+            # meta: no data; otherwise the stack hands back arrays
+            nums = [] if cfg.meta else numerics(graph, cast("list[np.ndarray]", result.outputs), feeds)
     except FornaxError as exc:
         if debug:
             raise

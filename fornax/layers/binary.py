@@ -18,7 +18,8 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NotRequired, TypedDict
 
 from ..sim import isa
 
@@ -110,3 +111,16 @@ def unpack_programs(magic: bytes, data: bytes) -> tuple[dict[str, Any], dict[str
     header, payload = unpack_container(magic, data)
     programs = [isa.decode(r) for r in unpack_records(payload)]
     return header, {p.name: p for p in programs}
+
+
+#: a family's image encoder: (programs, target, producer) -> one image of its format
+Encoder = Callable[[list[isa.Program], str, str], KernelBinary]
+
+
+class ShippedImage(TypedDict):
+    """One entry of a library's ``[library] shipped``: an image it ships, and when it applies."""
+
+    format: str
+    target: str
+    #: "exact" (that arch only), "virtual" (JIT for this arch or newer), "il" (built anywhere)
+    rule: NotRequired[str]

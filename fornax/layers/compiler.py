@@ -25,7 +25,7 @@ import numpy as np
 
 from ..sim.isa import Program
 from . import codegen
-from .binary import KernelBinary
+from .binary import Encoder, KernelBinary
 from .compile_cache import CompileCache, cache_key, fornax_version, identity_text
 from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .tiling import choose_gemm_tile
@@ -97,7 +97,7 @@ class CollectiveStep:
 #: one step of a launch plan, in order
 Step: TypeAlias = "KernelStep | LibraryStep | CollectiveStep"
 #: a family's encoder: (programs, arch, producer) -> a binary in its format
-ProgramEncoder = Callable[[list[Program], str, str], KernelBinary]
+ProgramEncoder = Encoder
 
 
 @dataclass

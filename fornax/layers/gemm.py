@@ -48,7 +48,8 @@ from . import blas
 from .binary import KernelBinary
 from .call_record import CallRecord
 from .driver import Module
-from .library_core import LibraryCore, ShippedImage
+from .binary import ShippedImage
+from .library_core import LibraryCore
 from .runtime import Runtime, Stream
 from .tiling import choose_gemm_tile
 
@@ -360,7 +361,7 @@ class GemmRoutines(LibraryCore):
         bias = {"bias": p.bias} if p.bias is not None else {}
         rt = self.runtime
         ws_bytes = p.workspace(algo)
-        if v.split == 1:
+        if g_red is None:                     # one pass: no split-K reduction
             rt.launch(module, main, g_main, {"a": a, "b": b, "c": c, **bias, **sizes, **scalars}, stream)
         else:
             order = np.arange(v.split, dtype=np.int64)

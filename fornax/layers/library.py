@@ -34,7 +34,8 @@ from .call_record import CallRecord
 from .collectives import Communicator
 from .dnn import DnnRoutines
 from .gemm import SPLIT_K_FILL, SPLIT_K_MIN_STEPS, Algorithm, GemmProblem, GemmRoutines
-from .library_core import LibraryCore, ShippedImage
+from .binary import ShippedImage
+from .library_core import LibraryCore
 from .runtime import Stream
 
 __all__ = ["SPLIT_K_FILL", "SPLIT_K_MIN_STEPS", "Algorithm", "CallRecord", "GemmProblem", "Library",

@@ -11,29 +11,15 @@ lists.  A vendor subclass sets ``vendor``, ``facts`` and ``encoders``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 from ..sim.isa import Program
-from .binary import KernelBinary
+from .binary import Encoder, KernelBinary, ShippedImage
 from .call_record import CallRecord
 from .collectives import CollectiveRecord
 from .driver import arch_number
 from .errors import LibraryError
 from .runtime import Runtime
-
-#: a vendor's image encoder: (programs, target, producer) -> one image of its format
-Encoder = Callable[[list[Program], str, str], KernelBinary]
-
-
-class ShippedImage(TypedDict):
-    """One entry of ``[library] shipped``: an image the library ships, and when it applies."""
-
-    format: str
-    target: str
-    #: "exact" (that arch only), "virtual" (JIT for this arch or newer), "il" (built anywhere)
-    rule: NotRequired[str]
-
 
 class LibraryCore:
     """The library's shared state and image policy (base of the routine mixins)."""

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ..sim.faults import InvalidProgram
 from ..sim.isa import Program
-from .binary import ContainerError, KernelBinary
+from .binary import ContainerError, Encoder, KernelBinary
 from .compiler import CompiledGraph, CompileOptions, Compiler, Target
 from .errors import BinaryError, ConfigError, FornaxError
 from .graph import Graph
@@ -36,7 +36,6 @@ from .graph import Graph
 #: decoder: a source-format binary -> its kernels by name (raises ContainerError/InvalidProgram)
 Decoder = Callable[[KernelBinary], dict[str, Program]]
 #: encoder: (programs, target, producer) -> a destination-format binary
-Encoder = Callable[[list[Program], str, str], KernelBinary]
 
 _PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib"}
 

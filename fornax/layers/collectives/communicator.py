@@ -39,7 +39,7 @@ from ...sim.faults import PageFault
 from ...sim.isa import Program
 from ...sim.timeline import Packet, Semaphore, Timeline
 from ...sim.topology import Topology
-from ..binary import KernelBinary
+from ..binary import KernelBinary, ShippedImage
 from ..driver import Context, Marker, Queue
 from ..errors import ErrorTable, FornaxError
 from ..ir import DType
@@ -70,7 +70,7 @@ class CollectiveLibrary(Protocol):
 
     def build(self, programs: list[Program], fmt: str, target: str) -> KernelBinary:
         """Pack kernels into one shipped image of ``fmt`` for ``target``."""
-    def _image_for(self, target: str, loadable: tuple[str, ...]) -> dict[str, Any]:
+    def _image_for(self, target: str, loadable: tuple[str, ...]) -> ShippedImage:
         """The shipped image (``format``, ``target``) a device of ``target`` loads."""
 
 

@@ -49,8 +49,10 @@ class Runtime(Protocol):
     # memory: the family's malloc/free (which may synchronise) and the framework-facing
     # caching allocator (allocate/deallocate never synchronise; a block is reused only on
     # the stream it was freed on)
-    def malloc(self, nbytes: int) -> int:
+    def malloc(self, nbytes: int, stream: Stream | None = None) -> int:
         """``nbytes`` (> 0) of device memory; blocks the host where the family's malloc does.
+        With ``stream``, the allocation is ordered on it (the caching allocator may reuse a
+        block freed on that stream without waiting).
         Raises ``out_of_memory`` (after returning cached blocks) or ``invalid_value``."""
     def free(self, ptr: int) -> None:
         """Free a block of :meth:`malloc` (synchronising where the family's free does)."""

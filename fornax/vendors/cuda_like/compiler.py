@@ -3,7 +3,7 @@ or a fatbin-like bundle of both (cubin-like images for several archs plus PTX-li
 
 from __future__ import annotations
 
-from ...layers.binary import (ContainerError, KernelBinary, pack_container, pack_programs,
+from ...layers.binary import (ContainerError, Encoder, KernelBinary, pack_container, pack_programs,
                               pack_records, unpack_container, unpack_programs, unpack_records)
 from ...layers.compiler import CompilerBase
 from ...layers.dialect import Dialect
@@ -67,7 +67,7 @@ def unpack_fatbin(binary: KernelBinary) -> list[KernelBinary]:
                          binary.producer) for e, r in zip(entries, records)]
 
 
-ENCODERS = {"ptx-like": ptx_image, "cubin-like": cubin_image, "fatbin-like": fatbin_image}
+ENCODERS: dict[str, Encoder] = {"ptx-like": ptx_image, "cubin-like": cubin_image, "fatbin-like": fatbin_image}
 
 
 def disassemble(binary: KernelBinary) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_programs, unpack_programs
+from ...layers.binary import Encoder, KernelBinary, pack_programs, unpack_programs
 from ...layers.compiler import CompilerBase
 from ...layers.dialect import Dialect
 from ...sim import isa
@@ -23,7 +23,7 @@ def hsaco_image(programs: list[isa.Program], target: str, producer: str) -> Kern
     return KernelBinary("hsaco-like", target, tuple(p.name for p in programs), data, producer)
 
 
-ENCODERS = {"hsaco-like": hsaco_image}
+ENCODERS: dict[str, Encoder] = {"hsaco-like": hsaco_image}
 #: the AMDGCN-like listing ([compiler.dialect] in vendor.toml), printed and read by layers/dialect.py
 DIALECT = Dialect.from_facts(FACTS["compiler"])
 _TRIPLE_PREFIX = "amdgcn-amd-amdhsa--"

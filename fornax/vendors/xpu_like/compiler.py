@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...layers.binary import KernelBinary, pack_programs, unpack_programs
+from ...layers.binary import Encoder, KernelBinary, pack_programs, unpack_programs
 from ...layers.compiler import CompilerBase
 from ...layers.dialect import Dialect
 from ...sim import isa
@@ -27,7 +27,7 @@ def zebin_image(programs: list[isa.Program], target: str, producer: str) -> Kern
     return KernelBinary("zebin-like", target, tuple(p.name for p in programs), data, producer)
 
 
-ENCODERS = {"spirv-like": spirv_image, "zebin-like": zebin_image}
+ENCODERS: dict[str, Encoder] = {"spirv-like": spirv_image, "zebin-like": zebin_image}
 #: the SPIR-V-like disassembly ([compiler.dialect] in vendor.toml), printed and read by layers/dialect.py
 DIALECT = Dialect.from_facts(FACTS["compiler"])
 
