@@ -105,6 +105,21 @@ def device_dtype(dtype) -> DType | None:
     return None if c is None else c.dtype
 
 
+def carried_of(dtype) -> Carried:
+    """:func:`carried` of a dtype that has a device form (every operand and result of an
+    equation a rule sees: :func:`lower_eqn` checks); :class:`NotLowerable` for one without."""
+    c = carried(dtype)
+    if c is None:
+        raise NotLowerable(f"{dtype} has no fornax device dtype")
+    return c
+
+
+def device_dtype_of(dtype) -> DType:
+    """:func:`device_dtype` of a dtype that has a device form; :class:`NotLowerable` for one
+    without."""
+    return carried_of(dtype).dtype
+
+
 def key_shape(dtype) -> tuple[int, ...]:
     """The trailing data shape of one key of a key dtype (``(2,)`` for threefry)."""
     return tuple(dtype._impl.key_shape)
