@@ -31,6 +31,7 @@ import numpy as np
 from ...layers.errors import ConfigError, FornaxError, InvalidArgumentError
 from ...stack import Stack, compose, load_config, make_config
 from . import lowering as L
+from .program import build_program
 
 
 class JaxDeviceError(FornaxError):
@@ -340,14 +341,12 @@ class Client:
     def compile(self, fn, *example_args, name: str | None = None) -> "LoadedExecutable":
         """Trace ``fn`` at the example arguments' avals (arrays, buffers or
         ``jax.ShapeDtypeStruct`` s) and compile the whole jaxpr for this client."""
-        from .program import build_program
         avals = [a.aval if isinstance(a, Buffer) else a for a in example_args]
         closed = jax.make_jaxpr(fn)(*avals)
         return LoadedExecutable(self, build_program(self, closed, name or getattr(fn, "__name__", "fn")))
 
     def compile_jaxpr(self, closed, name: str = "jaxpr") -> "LoadedExecutable":
         """Compile a ClosedJaxpr (its invars are the executable's parameters)."""
-        from .program import build_program
         return LoadedExecutable(self, build_program(self, closed, name))
 
     # -- accounting ----------------------------------------------------------------------------------
