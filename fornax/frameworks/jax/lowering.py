@@ -133,7 +133,7 @@ def device_shape(aval) -> tuple[int, ...]:
 
 def device_nbytes(aval) -> int:
     """The bytes a value of ``aval`` takes on the device."""
-    return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype(aval.dtype).itemsize
+    return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype_of(aval.dtype).itemsize
 
 
 def to_device_array(value, aval) -> np.ndarray:
@@ -141,7 +141,7 @@ def to_device_array(value, aval) -> np.ndarray:
     array, a carried integer widened)."""
     if is_key(aval.dtype):
         value = jax.random.key_data(value)
-    dt = device_dtype(aval.dtype)
+    dt = device_dtype_of(aval.dtype)
     return np.array(np.asarray(value).astype(dt.numpy, copy=False), order="C").reshape(device_shape(aval))
 
 
@@ -149,7 +149,8 @@ def from_device_array(arr: np.ndarray, aval):
     """The jax value (a numpy array, or a key array) for the device array ``arr``."""
     if is_key(aval.dtype):
         data = np.asarray(arr).astype(np.uint32)
-        return jax.random.wrap_key_data(data, impl=aval.dtype._impl.name)
+        # jax accepts any array-like key data at run time; its annotation names only jax.Array
+        return jax.random.wrap_key_data(data, impl=aval.dtype._impl.name)  # type: ignore[arg-type]
     return np.asarray(arr).astype(np.dtype(aval.dtype), copy=False).reshape(aval.shape)
 
 
@@ -184,7 +185,7 @@ class LowerCtx:
         form), else the array's own dtype."""
         arr = np.asarray(array)
         if aval_dtype is not None:
-            arr = arr.astype(device_dtype(aval_dtype).numpy)
+            arr = arr.astype(device_dtype_of(aval_dtype).numpy)
         return self.graph.constant(np.array(arr, order="C"), "c")        # 0-d stays 0-d
 
     def cast(self, v: Value, dtype) -> Value:

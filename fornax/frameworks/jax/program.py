@@ -78,6 +78,14 @@ class DeviceBuffer(ProgramValue, Protocol):
         ...
 
 
+def device_address(b: DeviceBuffer) -> int:
+    """The device address of a buffer with bytes (every buffer a segment or a device copy
+    touches: zero-size arrays run on the host)."""
+    address = b.address
+    assert address is not None, "a buffer with bytes has a device address"
+    return address
+
+
 class ProgramClient(Protocol):
     """The client a program is built for and runs on (:class:`.pjrt.Client` is one): its seams,
     its stream, its device generation (bumped by a device reset), buffers and accounting."""
@@ -190,7 +198,8 @@ class Segment:
         args = [prog.device_buffer(env, a) for a in self.ins]
         results = [client.empty(r.aval) for r in self.outs]
         if self.plan is not None:
-            self.plan([_address(b) for b in args], [_address(b) for b in results], client.stream)
+            self.plan([device_address(b) for b in args], [device_address(b) for b in results],
+                      client.stream)
         else:
             feeds = {v.name: b.device_array() for v, b in zip(self.graph.inputs, args)}
             res = client.framework.run(self.graph, feeds)
@@ -200,7 +209,7 @@ class Segment:
                     client.record_route(f"graph:{fb['op']}", "fallback", fb["reason"])
             for b, arr in zip(results, res.outputs):
                 if b.nbytes:
-                    client.runtime.memcpy_h2d(_address(b), np.ascontiguousarray(arr), client.stream)
+                    client.runtime.memcpy_h2d(device_address(b), np.ascontiguousarray(arr), client.stream)
         client.counts["segments_run"] += 1
         for r, b in zip(self.outs, results):
             env[r] = b
@@ -296,8 +305,8 @@ class Scan:
             for y, y_i in zip(ys, res[n_carry:]):
                 if y_i.nbytes:
                     y_i = cast(DeviceBuffer, y_i)    # a ys row with bytes has a device dtype
-                    client.runtime.memcpy_d2d(_address(y) + i * y_i.nbytes, _address(y_i), y_i.nbytes,
-                                              client.stream)
+                    client.runtime.memcpy_d2d(device_address(y) + i * y_i.nbytes, device_address(y_i),
+                                              y_i.nbytes, client.stream)
             client.counts["host_loop_iterations"] += 1
         for r, b in zip(self.outs, [*carry, *ys]):
             env[r] = b
@@ -478,14 +487,6 @@ def _host_only(e) -> object | None:
         if dt is not None and L.device_dtype(dt) is None and not L.is_key(dt):
             return dt
     return None
-
-
-def _address(b: DeviceBuffer) -> int:
-    """The device address of a buffer with bytes (every buffer a segment or a device copy
-    touches: zero-size arrays run on the host)."""
-    address = b.address
-    assert address is not None, "a buffer with bytes has a device address"
-    return address
 
 
 @dataclass(eq=False)

@@ -121,13 +121,15 @@ class _Window:
         """The row-major flat operand index tap ``offset`` reads in each window (int64; only
         meaningful where :meth:`valid`)."""
         strides = np.cumprod((1,) + self.shape[:0:-1])[::-1]
-        idx = None
-        for d, w in enumerate(offset):
+
+        def term(d: int, w: int) -> Value:
             q = self._positions(d, w) // self.base[d]
             shape = [1] * len(self.out)
             shape[d] = self.out[d]
-            c = ctx.const((q * int(strides[d])).astype(np.int64).reshape(shape))
-            idx = c if idx is None else ctx.op("add", idx, c)
+            return ctx.const((q * int(strides[d])).astype(np.int64).reshape(shape))
+        idx = term(0, offset[0])
+        for d in range(1, len(offset)):
+            idx = ctx.op("add", idx, term(d, offset[d]))
         return B.broadcast(ctx, idx, self.out)
 
 

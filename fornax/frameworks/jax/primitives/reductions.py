@@ -13,7 +13,7 @@ import math
 
 from ....layers.graph import DType, Value
 from ... import builders as B
-from ..lowering import device_dtype, lowering
+from ..lowering import device_dtype, device_dtype_of, lowering
 from .common import compute_dtype, int_range, out_dtype, out_shape, scalar_like, where
 
 
@@ -31,7 +31,7 @@ def _over_axes(ctx, eqn, x, reduce_one) -> Value:
 def _accumulating(ctx, eqn, x, reduce_one) -> Value:
     """A sum-like reduction: floats in their compute dtype (float32 for float16/bfloat16),
     integers in their device dtype wrapped once at the end (exact mod 2**bits)."""
-    out = device_dtype(out_dtype(eqn))
+    out = device_dtype_of(out_dtype(eqn))
     r = _over_axes(ctx, eqn, ctx.cast(x, compute_dtype(out)), reduce_one)
     return ctx.cast(r, out) if out.is_float else ctx.wrap(r, out_dtype(eqn))
 
