@@ -228,8 +228,8 @@ def sort_order(ctx, keys: list[Value], d: int, descending: bool = False) -> Valu
         cmp.append(padded(v, bottom if descending else top))
     else:
         cls = full(ctx, (rows, n), 0, DType.INT32)
-        for i, k in enumerate(keys):
-            v = rows_of(k)
+        for i, key in enumerate(keys):
+            v = rows_of(key)
             if v.dtype.is_float:
                 nan = ctx.op("isnan", v)
                 v = ctx.op("where", nan, ctx.scalar(0, v.dtype), v)

@@ -91,6 +91,8 @@ def churn(stack: Stack, cycles: int, *, sample_every: int = 97, seed: int = 0) -
         stack.driver.kernel_log.limit = RECORD_LIMIT
     plan = stack.compiler.compile(_graph(), stack.target)     # the format compose negotiated
     step = plan.steps[0]
+    binary = plan.binary
+    assert binary is not None, "the churn graph compiles to a kernel"
     graphs = bool(rt.graph_facts.get("supported", False)) if hasattr(rt, "graph_facts") else False
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(N).astype(np.float32)
@@ -115,7 +117,7 @@ def churn(stack: Stack, cycles: int, *, sample_every: int = 97, seed: int = 0) -
         ptrs = {name: rt.malloc(N * 4) for name in ("in0", "in1", "out0")}
         rt.memcpy_h2d(ptrs["in0"], a, s)
         rt.memcpy_h2d(ptrs["in1"], b, s)
-        module = rt.load_module(plan.binary)
+        module = rt.load_module(binary)
         rt.launch(module, step.entry, step.grid, ptrs, s)
         if graphs:
             rt.begin_capture(s)

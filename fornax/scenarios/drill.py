@@ -28,7 +28,9 @@ that row runs on the graph front end only.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -49,6 +51,18 @@ def _inputs(seed: int = 0) -> list[np.ndarray]:
 
 
 # -- the workload, once per front end: out = exp(-relu(x * w + b)) ---------------------------------
+class _Front(Protocol):
+    """One front end's drill workload on a stack."""
+
+    def run(self) -> list[np.ndarray]:
+        """Run the workload; its outputs on the host."""
+        ...
+
+    def reset(self, reason: str) -> None:
+        """Reset the device through the front end after ``reason`` left it unusable."""
+        ...
+
+
 class _GraphFront:
     def __init__(self, stack: Stack):
         self.stack = stack
@@ -102,7 +116,7 @@ class _JaxFront:
         self.client.reset_device(reason)
 
 
-FRONTS = {"graph": _GraphFront, "torch": _TorchFront, "jax": _JaxFront}
+FRONTS: dict[str, Callable[[Stack], _Front]] = {"graph": _GraphFront, "torch": _TorchFront, "jax": _JaxFront}
 
 
 # -- one row ------------------------------------------------------------------------------------------
@@ -132,11 +146,12 @@ class DrillRow:
 
 def _fornax_error(exc: BaseException) -> FornaxError | None:
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, FornaxError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, FornaxError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return None
 
 
@@ -250,6 +265,7 @@ def _migration(stack: Stack, row: DrillRow, trace: list | None) -> DrillRow:
         drv.host_write(ctx, ptrs[n], arr)
     step = plan.steps[0]
     args = {p: ptrs[p] for p in step.args}
+    assert plan.binary is not None, "the drill graph compiles to a kernel"
     module = drv.load_module(ctx, plan.binary)
     q = drv.create_queue(ctx)
     policy = drv.managed_policy(stack.devices[0])

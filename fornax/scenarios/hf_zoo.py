@@ -39,6 +39,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -47,6 +48,9 @@ from ..layers.errors import ConfigError
 from ..report import rows_delta
 from .hf_models import MODELS, ZooModel
 from ..stack import BUILTIN_FAMILIES
+
+if TYPE_CHECKING:                                  # transformers is imported where a model is built
+    from transformers import GenerationMixin
 
 ZOO: dict[str, ZooModel] = MODELS
 MODES = ("eager", "compile", "generate", "train")
@@ -140,8 +144,9 @@ def _compare(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> Mod
         if ratio > worst_ratio:
             worst, worst_ratio = name, ratio
     ok = worst_ratio <= 1.0
-    return ModeResult(ok, max_error, worst,
-                      None if ok else f"{worst} differs from CPU beyond atol={_atol(worst)}, rtol={RTOL}")
+    if ok or worst is None:                    # (worst is None only when nothing was compared)
+        return ModeResult(ok, max_error, worst, None)
+    return ModeResult(ok, max_error, worst, f"{worst} differs from CPU beyond atol={_atol(worst)}, rtol={RTOL}")
 
 
 def _cpu(x):
@@ -170,15 +175,17 @@ def _forward_backward(model: nn.Module, batch: dict, call=None) -> dict[str, tor
 
 
 def _generate(zoo: ZooModel, model: nn.Module, device) -> dict[str, torch.Tensor]:
+    assert zoo.prompt is not None, f"{zoo.name} does not generate"
     model.eval()
     with torch.no_grad():
-        tokens = model.generate(**_to(zoo.prompt(), device), max_new_tokens=zoo.max_new_tokens,
-                                do_sample=False, num_beams=1)
+        generative = cast("GenerationMixin", model)     # a model with a prompt is a generative one
+        tokens = generative.generate(**_to(zoo.prompt(), device), max_new_tokens=zoo.max_new_tokens,
+                                     do_sample=False, num_beams=1)
     return {"tokens": _cpu(tokens)}
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
-    got = {f"param:{n}": p for n, p in model.named_parameters()}
+    got: dict[str, torch.Tensor] = {f"param:{n}": p for n, p in model.named_parameters()}
     got.update({f"buffer:{n}": b for n, b in model.named_buffers() if b.is_floating_point()})
     return {k: _cpu(v) for k, v in got.items()}
 
@@ -225,7 +232,7 @@ def _zoo(name: str) -> ZooModel:
 
 def _device_model(zoo: ZooModel) -> nn.Module:
     """The model moved by ``.to("fornax")``, as a user does; ties must survive."""
-    cpu = zoo.build()
+    cpu: nn.Module = zoo.build()
     want = [n for n, _ in cpu.named_parameters()]
     model = cpu.to("fornax")
     got = [n for n, _ in model.named_parameters()]

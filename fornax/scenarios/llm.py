@@ -346,8 +346,9 @@ def make_feeds(cfg: LlamaConfig, seed: int = 0, meta: bool = False) -> dict:
     (norm gains near 1), or, with ``meta``, shape descriptors only."""
     dt = cfg.dtype.numpy
     T, V = cfg.tokens, cfg.vocab
-    shapes = {"tokens": ((T, V), dt), "labels": ((T, V), np.float32),
-              "mask": ((cfg.seq, cfg.seq), np.float32)}
+    f32 = np.dtype(np.float32)
+    shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+        "tokens": ((T, V), dt), "labels": ((T, V), f32), "mask": ((cfg.seq, cfg.seq), f32)}
     shapes.update({n: (s, dt) for n, s in cfg.weight_shapes().items()})
     if meta:
         return {n: MetaArray(s, d) for n, (s, d) in shapes.items()}
@@ -489,7 +490,7 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def step_numbers(stack, cfg: LlamaConfig, result, handler: TopologyAllReduce,
+def step_numbers(stack, cfg: LlamaConfig, result, handler: TopologyAllReduce | None,
                  build_wall_s: float, host_wall_s: float) -> StepReport:
     """The step's figures from a finished run on device 0 (see :func:`simulate_step`)."""
     dev = stack.devices[0]

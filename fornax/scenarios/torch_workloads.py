@@ -108,9 +108,10 @@ def _mlp_module(seed: int, batch: int, d_in: int, hidden: int, d_out: int):
     its weight as [out, in]: the graph's [in, out] matrix transposed)."""
     graph, feeds = graph_mlp(seed, batch=batch, d_in=d_in, hidden=hidden, d_out=d_out)
     w1, b1, w2, b2 = (torch.from_numpy(np.array(v.const, np.float32)) for v in graph.constants)
-    model = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d_out))
+    first, second = nn.Linear(d_in, hidden), nn.Linear(hidden, d_out)
+    model = nn.Sequential(first, nn.ReLU(), second)
     with torch.no_grad():
-        for layer, w, b in ((model[0], w1, b1), (model[2], w2, b2)):
+        for layer, w, b in ((first, w1, b1), (second, w2, b2)):
             layer.weight.copy_(w.T)
             layer.bias.copy_(b)
     return model, torch.from_numpy(feeds["x"])

@@ -105,6 +105,21 @@ def device_dtype(dtype) -> DType | None:
     return None if c is None else c.dtype
 
 
+def carried_of(dtype) -> Carried:
+    """:func:`carried` of a dtype that has a device form (every operand and result of an
+    equation a rule sees: :func:`lower_eqn` checks); :class:`NotLowerable` for one without."""
+    c = carried(dtype)
+    if c is None:
+        raise NotLowerable(f"{dtype} has no fornax device dtype")
+    return c
+
+
+def device_dtype_of(dtype) -> DType:
+    """:func:`device_dtype` of a dtype that has a device form; :class:`NotLowerable` for one
+    without."""
+    return carried_of(dtype).dtype
+
+
 def key_shape(dtype) -> tuple[int, ...]:
     """The trailing data shape of one key of a key dtype (``(2,)`` for threefry)."""
     return tuple(dtype._impl.key_shape)
@@ -118,7 +133,7 @@ def device_shape(aval) -> tuple[int, ...]:
 
 def device_nbytes(aval) -> int:
     """The bytes a value of ``aval`` takes on the device."""
-    return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype(aval.dtype).itemsize
+    return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype_of(aval.dtype).itemsize
 
 
 def to_device_array(value, aval) -> np.ndarray:
@@ -126,7 +141,7 @@ def to_device_array(value, aval) -> np.ndarray:
     array, a carried integer widened)."""
     if is_key(aval.dtype):
         value = jax.random.key_data(value)
-    dt = device_dtype(aval.dtype)
+    dt = device_dtype_of(aval.dtype)
     return np.array(np.asarray(value).astype(dt.numpy, copy=False), order="C").reshape(device_shape(aval))
 
 
@@ -134,7 +149,8 @@ def from_device_array(arr: np.ndarray, aval):
     """The jax value (a numpy array, or a key array) for the device array ``arr``."""
     if is_key(aval.dtype):
         data = np.asarray(arr).astype(np.uint32)
-        return jax.random.wrap_key_data(data, impl=aval.dtype._impl.name)
+        # jax accepts any array-like key data at run time; its annotation names only jax.Array
+        return jax.random.wrap_key_data(data, impl=aval.dtype._impl.name)  # type: ignore[arg-type]
     return np.asarray(arr).astype(np.dtype(aval.dtype), copy=False).reshape(aval.shape)
 
 
@@ -169,7 +185,7 @@ class LowerCtx:
         form), else the array's own dtype."""
         arr = np.asarray(array)
         if aval_dtype is not None:
-            arr = arr.astype(device_dtype(aval_dtype).numpy)
+            arr = arr.astype(device_dtype_of(aval_dtype).numpy)
         return self.graph.constant(np.array(arr, order="C"), "c")        # 0-d stays 0-d
 
     def cast(self, v: Value, dtype) -> Value:

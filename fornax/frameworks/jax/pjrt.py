@@ -31,6 +31,7 @@ import numpy as np
 from ...layers.errors import ConfigError, FornaxError, InvalidArgumentError
 from ...stack import Stack, compose, load_config, make_config
 from . import lowering as L
+from .program import build_program, device_address
 
 
 class JaxDeviceError(FornaxError):
@@ -84,7 +85,7 @@ class Buffer:
         self._generation = client.generation
         self.ready = ready
         self.device_shape = L.device_shape(aval)
-        self.device_dtype = L.device_dtype(aval.dtype)
+        self.device_dtype = L.device_dtype_of(aval.dtype)
         self.nbytes = L.device_nbytes(aval)
         self._owner = owner                  # a view keeps its parent's bytes alive
         self._finalizer = None
@@ -116,8 +117,8 @@ class Buffer:
     def on_device_size_in_bytes(self) -> int:
         return self.nbytes
 
-    def unsafe_buffer_pointer(self) -> int:
-        """The simulated device address of the first byte."""
+    def unsafe_buffer_pointer(self) -> int | None:
+        """The simulated device address of the first byte (None for an empty buffer)."""
         return self.address
 
     @property
@@ -155,7 +156,7 @@ class Buffer:
         integers widened); waits for the work that writes them."""
         host = np.empty(self.device_shape, self.device_dtype.numpy)
         if self.nbytes:
-            self.client.runtime.memcpy_d2h(host, self.address, self.client.stream, blocking=True)
+            self.client.runtime.memcpy_d2h(host, device_address(self), self.client.stream, blocking=True)
         self.client.counts["d2h_bytes"] += self.nbytes
         return host
 
@@ -169,7 +170,7 @@ class Buffer:
 
     def view(self, offset: int, aval) -> "Buffer":
         """A buffer of ``aval`` at byte ``offset`` inside this one (a scan's slice)."""
-        return Buffer(self.client, aval, None if self._address is None else self.address + offset,
+        return Buffer(self.client, aval, None if self._address is None else device_address(self) + offset,
                       self.ready, owner=self if self._owner is None else self._owner)
 
     def __repr__(self) -> str:
@@ -327,7 +328,7 @@ class Client:
         """A new buffer holding ``buf``'s value (a device-to-device copy)."""
         out = self.empty(buf.aval)
         if buf.nbytes:
-            self.runtime.memcpy_d2d(out.address, buf.address, buf.nbytes, self.stream)
+            self.runtime.memcpy_d2d(device_address(out), device_address(buf), buf.nbytes, self.stream)
         return out
 
     def record(self) -> Event:
@@ -340,14 +341,12 @@ class Client:
     def compile(self, fn, *example_args, name: str | None = None) -> "LoadedExecutable":
         """Trace ``fn`` at the example arguments' avals (arrays, buffers or
         ``jax.ShapeDtypeStruct`` s) and compile the whole jaxpr for this client."""
-        from .program import build_program
         avals = [a.aval if isinstance(a, Buffer) else a for a in example_args]
         closed = jax.make_jaxpr(fn)(*avals)
-        return LoadedExecutable(self, build_program(self, closed, name or getattr(fn, "__name__", "fn")))
+        return LoadedExecutable(self, build_program(self, closed, name or str(getattr(fn, "__name__", "fn"))))
 
     def compile_jaxpr(self, closed, name: str = "jaxpr") -> "LoadedExecutable":
         """Compile a ClosedJaxpr (its invars are the executable's parameters)."""
-        from .program import build_program
         return LoadedExecutable(self, build_program(self, closed, name))
 
     # -- accounting ----------------------------------------------------------------------------------
@@ -366,7 +365,7 @@ class Client:
         rows = [{"primitive": p, "route": r, "count": n, "reason": self.reasons.get((p, r), "")}
                 for (p, r), n in self.routes.items()]
         rows.sort(key=lambda r: (-r["count"], r["primitive"]))
-        totals = Counter()
+        totals: Counter[str] = Counter()
         for (_, r), n in self.routes.items():
             totals[r] += n
         return {"platform": self.platform, "plugin": self.plugin, "platform_version": self.platform_version,

@@ -30,18 +30,92 @@ last use.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 import jax
 import numpy as np
-from jax.extend.core import Literal
+from jax.extend.core import JaxprEqn, Literal
 
 from ...layers.errors import FornaxError
+from ...layers.framework import Framework, ResidentPlan
 from ...layers.graph import Graph, Value
+from ...layers.runtime import Runtime, Stream
 from . import lowering as L
-from .pjrt import Buffer, Client
 
 CONTROL = ("cond", "while", "scan")
+
+
+# ---- what a program needs of its client ------------------------------------------------------------
+class ProgramValue(Protocol):
+    """A value a program holds between instructions: a device buffer, or (for a dtype with no
+    device form) a host value (:class:`.pjrt.Buffer`, :class:`.pjrt.HostValue`)."""
+
+    aval: Any
+    nbytes: int                    # bytes on the device (0 for a host value)
+
+    def to_numpy(self) -> np.ndarray:
+        """The value on the host (a device-to-host copy that waits for its writer)."""
+        ...
+
+
+class DeviceBuffer(ProgramValue, Protocol):
+    """A value in device memory (:class:`.pjrt.Buffer`): every operand of a compiled segment
+    and of a scan's slicing, whose dtypes have a device form."""
+
+    @property
+    def address(self) -> int | None:
+        """The device address of the first byte (None for an empty buffer)."""
+        ...
+
+    def device_array(self) -> np.ndarray:
+        """A device-to-host copy of the bytes as the device holds them."""
+        ...
+
+    def view(self, offset: int, aval: Any) -> DeviceBuffer:
+        """A buffer of ``aval`` at byte ``offset`` inside this one, sharing its bytes."""
+        ...
+
+
+def device_address(b: DeviceBuffer) -> int:
+    """The device address of a buffer with bytes (every buffer a segment or a device copy
+    touches: zero-size arrays run on the host)."""
+    address = b.address
+    assert address is not None, "a buffer with bytes has a device address"
+    return address
+
+
+class ProgramClient(Protocol):
+    """The client a program is built for and runs on (:class:`.pjrt.Client` is one): its seams,
+    its stream, its device generation (bumped by a device reset), buffers and accounting."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def framework(self) -> Framework: ...
+
+    @property
+    def stream(self) -> Stream: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def counts(self) -> Counter[str]: ...
+
+    def empty(self, aval: Any) -> DeviceBuffer:
+        """A device buffer for a result of ``aval``, written by the work enqueued next."""
+        ...
+
+    def value_from_pyval(self, value: Any, aval: Any) -> ProgramValue:
+        """A host value put where the program keeps values of ``aval``'s dtype."""
+        ...
+
+    def record_route(self, primitive: str, route: str, reason: str = "", n: int = 1) -> None:
+        """Count ``n`` equations of ``primitive`` taking ``route`` (native, fallback, control)."""
+        ...
 
 
 # ---- flattening ------------------------------------------------------------------------------------
@@ -49,21 +123,21 @@ CONTROL = ("cond", "while", "scan")
 class Ref:
     """One value of a flat program."""
 
-    aval: object
+    aval: Any                      # a jax aval (ShapedArray; a key array's too)
 
 
 @dataclass(eq=False)
 class Lit:
     """A literal or a closed-over constant (shaped like a jaxpr Literal)."""
 
-    val: object
-    aval: object
+    val: Any
+    aval: Any
 
 
 @dataclass(eq=False)
 class Flat:
     kind: str                      # prim | cond | while | scan
-    eqn: object
+    eqn: JaxprEqn
     ins: list
     outs: list
 
@@ -107,7 +181,7 @@ class Segment:
     """A compiled graph over device buffers."""
 
     name: str
-    plan: object                   # ResidentPlan (None: run through the framework seam's run)
+    plan: ResidentPlan | None      # None: run through the framework seam's run
     graph: Graph
     ins: list                      # Ref | Lit per plan input
     outs: list[Ref]                # per plan output
@@ -121,10 +195,11 @@ class Segment:
             # the device was reset: its module and constants went with the old context
             self.plan = client.framework.prepare(self.graph, client.stream)
             self.generation = client.generation
-        args = [prog.buffer(env, a) for a in self.ins]
+        args = [prog.device_buffer(env, a) for a in self.ins]
         results = [client.empty(r.aval) for r in self.outs]
         if self.plan is not None:
-            self.plan([b.address for b in args], [b.address for b in results], client.stream)
+            self.plan([device_address(b) for b in args], [device_address(b) for b in results],
+                      client.stream)
         else:
             feeds = {v.name: b.device_array() for v, b in zip(self.graph.inputs, args)}
             res = client.framework.run(self.graph, feeds)
@@ -134,7 +209,7 @@ class Segment:
                     client.record_route(f"graph:{fb['op']}", "fallback", fb["reason"])
             for b, arr in zip(results, res.outputs):
                 if b.nbytes:
-                    client.runtime.memcpy_h2d(b.address, np.ascontiguousarray(arr), client.stream)
+                    client.runtime.memcpy_h2d(device_address(b), np.ascontiguousarray(arr), client.stream)
         client.counts["segments_run"] += 1
         for r, b in zip(self.outs, results):
             env[r] = b
@@ -144,7 +219,7 @@ class Segment:
 class Host:
     """One equation run on the host by jax's own CPU implementation."""
 
-    eqn: object
+    eqn: JaxprEqn
     ins: list
     outs: list[Ref]
     reason: str
@@ -166,7 +241,7 @@ class Host:
 
 @dataclass(eq=False)
 class Cond:
-    index: object                  # Ref | Lit (int32 or bool)
+    index: Ref | Lit               # int32 or bool
     branches: list["Program"]
     ins: list
     outs: list[Ref]
@@ -217,29 +292,30 @@ class Scan:
         client = prog.client
         consts = [prog.buffer(env, a) for a in self.consts]
         carry = [prog.buffer(env, a) for a in self.carry]
-        xs = [prog.buffer(env, a) for a in self.xs]
+        xs = [prog.device_buffer(env, a) for a in self.xs]
         n_carry = len(carry)
         ys = [client.empty(r.aval) for r in self.outs[n_carry:]]
         x_avals = [r.aval for r in self.body.ins[len(consts) + n_carry:]]
         x_bytes = [L.device_nbytes(a) for a in x_avals]
         order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
         for i in order:
-            x_i = [x.view(i * nb, a) for x, nb, a in zip(xs, x_bytes, x_avals)]
+            x_i: list[ProgramValue] = [x.view(i * nb, a) for x, nb, a in zip(xs, x_bytes, x_avals)]
             res = self.body.run(consts + carry + x_i)
             carry = res[:n_carry]
             for y, y_i in zip(ys, res[n_carry:]):
                 if y_i.nbytes:
-                    client.runtime.memcpy_d2d(y.address + i * y_i.nbytes, y_i.address, y_i.nbytes,
-                                              client.stream)
+                    y_i = cast(DeviceBuffer, y_i)    # a ys row with bytes has a device dtype
+                    client.runtime.memcpy_d2d(device_address(y) + i * y_i.nbytes, device_address(y_i),
+                                              y_i.nbytes, client.stream)
             client.counts["host_loop_iterations"] += 1
-        for r, b in zip(self.outs, carry + ys):
+        for r, b in zip(self.outs, [*carry, *ys]):
             env[r] = b
 
 
 # ---- the program -----------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Program:
-    client: Client
+    client: ProgramClient
     name: str
     ins: list[Ref]
     outs: list                     # Ref | Lit
@@ -247,13 +323,18 @@ class Program:
     last_use: dict = field(default_factory=dict)    # instruction index -> refs to drop after it
     consts: dict = field(default_factory=dict)      # Lit -> its device buffer (uploaded once)
 
-    def buffer(self, env: dict, a) -> Buffer:
+    def buffer(self, env: dict, a) -> ProgramValue:
         if isinstance(a, Lit):
             b = self.consts.get(a)
             if b is None or getattr(b, "_generation", self.client.generation) != self.client.generation:
                 b = self.consts[a] = self.client.value_from_pyval(a.val, a.aval)   # (again, after a reset)
             return b
         return env[a]
+
+    def device_buffer(self, env: dict, a) -> DeviceBuffer:
+        """:meth:`buffer` for an operand whose dtype has a device form (a segment's, a scan's
+        ``xs``): a device buffer."""
+        return cast(DeviceBuffer, self.buffer(env, a))
 
     def host_value(self, env: dict, a):
         if isinstance(a, Lit):
@@ -262,7 +343,7 @@ class Program:
         value = b.to_numpy()
         return value if L.is_key(b.aval.dtype) else jax.numpy.asarray(value)
 
-    def run(self, args: list[Buffer]) -> list[Buffer]:
+    def run(self, args: list[ProgramValue]) -> list[ProgramValue]:
         env: dict = dict(zip(self.ins, args))
         for i, ins in enumerate(self.instrs):
             ins.run(self, env)
@@ -294,14 +375,14 @@ class Program:
         return "\n".join(lines)
 
 
-def build_program(client: Client, closed, name: str = "fn") -> Program:
+def build_program(client: ProgramClient, closed, name: str = "fn") -> Program:
     """Compile a ClosedJaxpr into a :class:`Program` for ``client``."""
     ins, outs, eqns = flatten(closed)
     return _Builder(client, name).build(ins, outs, eqns)
 
 
 class _Builder:
-    def __init__(self, client: Client, name: str):
+    def __init__(self, client: ProgramClient, name: str):
         self.client, self.name = client, name
         self.nseg = 0
 

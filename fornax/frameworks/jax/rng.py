@@ -39,7 +39,7 @@ import numpy as np
 
 from ...layers.graph import DType, Value
 from ...layers.nn_ops import THREEFRY_PARITY, THREEFRY_ROTATIONS
-from .lowering import LowerCtx, carried, device_shape, lowering
+from .lowering import LowerCtx, carried, carried_of, device_shape, lowering
 
 I64 = DType.INT64
 MASK32 = (1 << 32) - 1
@@ -137,7 +137,8 @@ def _hash_iota(ctx: LowerCtx, k0: Value, k1: Value, n: int) -> Value:
 
 
 def _partitionable() -> bool:
-    return bool(jax.config.jax_threefry_partitionable)
+    # jax's Config declares its flags at run time, so its type has no attribute for this one
+    return bool(jax.config.jax_threefry_partitionable)  # type: ignore[attr-defined]
 
 
 def _check_impl(ctx: LowerCtx, aval) -> None:
@@ -367,7 +368,7 @@ def _from_pattern(ctx: LowerCtx, bits: Value, dtype) -> Value:
     """The value of jax dtype ``dtype`` whose bit pattern is ``bits`` (as from _to_pattern)."""
     dt = np.dtype(dtype)
     width = dt.itemsize * 8
-    dev = carried(dt).dtype
+    dev = carried_of(dt).dtype
     if dt in _FLOAT_FORMATS:
         return ctx.cast(_decode_float(ctx, bits, _FLOAT_FORMATS[dt], width), dev)
     if dt.kind == "i" and width < 64:

@@ -47,15 +47,10 @@ from ...layers.graph import DType, Value
 from .. import builders as B
 from .lowering import NotLowerable, device_dtype, lower_jaxpr, lowering
 from .primitives import pad as _pad_rule
+from .primitives.common import LOW_FLOATS, ints
 
 #: the most window elements (taps) a rule unrolls into slices
 MAX_TAPS = 4096
-
-_LOW = (DType.FLOAT16, DType.BFLOAT16)
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
 
 
 class _Window:
@@ -64,13 +59,13 @@ class _Window:
     def __init__(self, ctx, eqn, operand_shape, out_shape):
         p = eqn.params
         n = len(operand_shape)
-        self.shape = _ints(operand_shape)
-        self.out = _ints(out_shape)
-        self.dims = _ints(p["window_dimensions"])
-        self.strides = _ints(p["window_strides"])
+        self.shape = ints(operand_shape)
+        self.out = ints(out_shape)
+        self.dims = ints(p["window_dimensions"])
+        self.strides = ints(p["window_strides"])
         self.padding = tuple((int(lo), int(hi)) for lo, hi in p["padding"])
-        self.base = _ints(p.get("base_dilation") or (1,) * n)
-        self.dil = _ints(p.get("window_dilation") or (1,) * n)
+        self.base = ints(p.get("base_dilation") or (1,) * n)
+        self.dil = ints(p.get("window_dilation") or (1,) * n)
         if any(lo < 0 or hi < 0 for lo, hi in self.padding):
             raise ctx.fail(f"negative window padding {self.padding}")
         taps = math.prod(self.dims)
@@ -121,13 +116,15 @@ class _Window:
         """The row-major flat operand index tap ``offset`` reads in each window (int64; only
         meaningful where :meth:`valid`)."""
         strides = np.cumprod((1,) + self.shape[:0:-1])[::-1]
-        idx = None
-        for d, w in enumerate(offset):
+
+        def term(d: int, w: int) -> Value:
             q = self._positions(d, w) // self.base[d]
             shape = [1] * len(self.out)
             shape[d] = self.out[d]
-            c = ctx.const((q * int(strides[d])).astype(np.int64).reshape(shape))
-            idx = c if idx is None else ctx.op("add", idx, c)
+            return ctx.const((q * int(strides[d])).astype(np.int64).reshape(shape))
+        idx = term(0, offset[0])
+        for d in range(1, len(offset)):
+            idx = ctx.op("add", idx, term(d, offset[d]))
         return B.broadcast(ctx, idx, self.out)
 
 
@@ -160,7 +157,7 @@ def _monoid(kind: str):
             t = win.tap(ctx, xp, offset)
             if acc is None:
                 acc = t
-            elif kind == "sum" and out in _LOW:        # XLA CPU rounds float16/bfloat16 after every add
+            elif kind == "sum" and out in LOW_FLOATS:  # XLA CPU rounds float16/bfloat16 after every add
                 acc = ctx.cast(ctx.op("add", ctx.cast(acc, DType.FLOAT32), ctx.cast(t, DType.FLOAT32)), out)
             else:
                 acc = ctx.op(op, acc, t)
@@ -252,7 +249,7 @@ def select_and_scatter_add(ctx, eqn, source, operand):
         best, sel = ctx.op("where", take, v, best), ctx.op("where", take, idx, sel)
         if has is not None:
             has = None if valid is None else ctx.op("logical_or", has, valid)
-    cdt = DType.FLOAT32 if out in _LOW else out
+    cdt = DType.FLOAT32 if out in LOW_FLOATS else out
     m = math.prod(win.out)
     zeros = B.full(ctx, (math.prod(win.shape),), 0, cdt)
     r = ctx.op("scatter", zeros, B.reshape(ctx, sel, (m,)), B.reshape(ctx, ctx.cast(source, cdt), (m,)),
