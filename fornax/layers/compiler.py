@@ -116,6 +116,10 @@ class CompiledGraph:
     stats: dict[str, Any]
     memory: MemoryPlan | None = None   # buffers sharing storage (None: each its own allocation)
 
+    def kernel_steps(self) -> list[KernelStep]:
+        """The steps that launch a kernel of :attr:`binary`, in order."""
+        return [s for s in self.steps if isinstance(s, KernelStep)]
+
 
 @runtime_checkable
 class Compiler(Protocol):

@@ -90,7 +90,7 @@ def churn(stack: Stack, cycles: int, *, sample_every: int = 97, seed: int = 0) -
     if hasattr(stack.driver, "kernel_log") and hasattr(stack.driver.kernel_log, "limit"):
         stack.driver.kernel_log.limit = RECORD_LIMIT
     plan = stack.compiler.compile(_graph(), stack.target)     # the format compose negotiated
-    step = plan.steps[0]
+    step = plan.kernel_steps()[0]
     binary = plan.binary
     assert binary is not None, "the churn graph compiles to a kernel"
     graphs = bool(rt.graph_facts.get("supported", False)) if hasattr(rt, "graph_facts") else False

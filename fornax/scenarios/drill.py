@@ -30,7 +30,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -73,7 +73,8 @@ class _GraphFront:
         self.graph, self.feeds = g, dict(zip(("x", "w", "b"), _inputs()))
 
     def run(self) -> list[np.ndarray]:
-        return self.stack.run(self.graph, self.feeds).outputs
+        # a drill stack is never shape-only: its outputs are arrays
+        return cast("list[np.ndarray]", self.stack.run(self.graph, self.feeds).outputs)
 
     def reset(self, reason: str) -> None:
         self.stack.runtime.device_reset(0)
@@ -263,7 +264,7 @@ def _migration(stack: Stack, row: DrillRow, trace: list | None) -> DrillRow:
     ptrs = {n: drv.allocate(ctx, N * 4, "managed") for n in names}
     for n, arr in zip(names, g.feeds.values()):
         drv.host_write(ctx, ptrs[n], arr)
-    step = plan.steps[0]
+    step = plan.kernel_steps()[0]
     args = {p: ptrs[p] for p in step.args}
     assert plan.binary is not None, "the drill graph compiles to a kernel"
     module = drv.load_module(ctx, plan.binary)
