@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ...layers.errors import ConfigError, FornaxError
 from ...stack import Stack, compose, load_config, make_config
+from .stream_selection import runtime_stream
 
 TAG_SHIFT = 52
 #: packets of history each device's timeline keeps for traces (its oldest half goes past this)
@@ -110,9 +111,8 @@ class Session:
     def malloc(self, nbytes: int) -> int:
         """Device bytes from the runtime seam's caching allocator, on the current stream's pool
         (like PyTorch's, it never synchronises the device)."""
-        from .streams import current_runtime_stream
         with self.lock:
-            address = self.runtime.allocate(max(int(nbytes), 1), current_runtime_stream(self))
+            address = self.runtime.allocate(max(int(nbytes), 1), runtime_stream(self))
             self.allocations[address] = int(nbytes)
             return self.tag(address)
 

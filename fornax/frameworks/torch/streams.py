@@ -9,19 +9,15 @@ uses the runtime's default stream.
 from __future__ import annotations
 
 import contextlib
-import threading
 
+from . import stream_selection
 from .session import DeviceError, Session, current
-
-_local = threading.local()
 
 
 def current_runtime_stream(session: Session | None = None):
-    session = session or current()
-    s = getattr(_local, "stream", None)
-    if s is not None and s.session is session:
-        return s.handle
-    return session.runtime.default_stream()
+    """The runtime stream this thread's work for ``session`` (default: the current one)
+    enqueues on (see :mod:`.stream_selection`)."""
+    return stream_selection.runtime_stream(session or current())
 
 
 class Stream:
@@ -118,8 +114,8 @@ def _device():
 
 def current_stream(device=None) -> Stream:
     session = current()
-    s = getattr(_local, "stream", None)
-    if s is not None and s.session is session:
+    s = stream_selection.selected()
+    if isinstance(s, Stream) and s.session is session:
         return s
     return default_stream()
 
@@ -134,7 +130,7 @@ def default_stream(device=None) -> Stream:
 
 
 def set_stream(stream: Stream) -> None:
-    _local.stream = stream
+    stream_selection.select(stream)
 
 
 @contextlib.contextmanager
@@ -143,9 +139,9 @@ def stream(s: Stream | None):
     if s is None:
         yield
         return
-    prev = getattr(_local, "stream", None)
-    _local.stream = s
+    prev = stream_selection.selected()
+    stream_selection.select(s)
     try:
         yield
     finally:
-        _local.stream = prev
+        stream_selection.select(prev)
