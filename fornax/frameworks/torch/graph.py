@@ -165,7 +165,7 @@ def _eager(gm: torch.fx.GraphModule, name: str, reason: str):
     def run(args):
         current().stats.record(f"graph run:{name}", "fallback", reason)
         return gm(*args)
-    run._boxed_call = True
+    setattr(run, "_boxed_call", True)               # AOTAutograd passes the inputs as one list
     return run
 
 
@@ -179,8 +179,8 @@ def _compiler(kind: str):
 
         def run(args):
             return program(*args)
-        run._boxed_call = True
-        run.program = program
+        setattr(run, "_boxed_call", True)
+        setattr(run, "program", program)
         return run
     return compile_fx
 
@@ -219,7 +219,9 @@ def skip_fornax_frames() -> None:
     from torch._dynamo import trace_rules
 
     for mod in _DYNAMO_SKIP:
-        path = importlib.util.find_spec(mod).origin.removesuffix("__init__.py")
+        spec = importlib.util.find_spec(mod)
+        assert spec is not None and spec.origin is not None, mod      # fornax's own packages
+        path = spec.origin.removesuffix("__init__.py")
         if path not in trace_rules.SKIP_DIRS:
             trace_rules.add(mod)
 
@@ -307,12 +309,13 @@ class _Segment:
     passthrough: list = field(default_factory=list)     # (FX node, FX input node | ndarray)
     empties: list = field(default_factory=list)         # (FX node, OutMeta | None): zero-element results
     plans: dict = field(default_factory=dict)           # session id -> ResidentPlan | reason
+    out_index: dict = field(default_factory=dict)       # FX node in outputs -> its graph output position
     refused: str = ""                                   # why the stack cannot compile it (torch runs it)
 
 
 @dataclass
 class _TorchStep:
-    node: object
+    node: torch.fx.Node
     reason: str | None      # None: runs where its operands are (getitem, a library's op), not counted
 
 
@@ -423,7 +426,7 @@ class Program:
                 return self._value(seg, a, added) if isinstance(a, torch.fx.Node) else a
             outs = _out_metas(node)
             if outs and all(o is not None and math.prod(o.shape) == 0 for o in outs):
-                res = [None] * len(outs)          # nothing to compute: every result is empty
+                res: list[Value | None] = [None] * len(outs)      # nothing to compute: every result is empty
             else:
                 target, args, kwargs = rewrite(node)       # empties as zeros, no empty cat pieces
                 ctx = LowerCtx(g, outs, seg.consts)
@@ -545,9 +548,9 @@ class Program:
                     self._run_node(step, env, device)
             if self.output_node is None:
                 return ()
-            return self._outputs(env, args, device)
+            return self._outputs(self.output_node, env, args, device)
 
-    def _outputs(self, env: dict, args, device: bool):
+    def _outputs(self, output_node: torch.fx.Node, env: dict, args, device: bool):
         sources = {id(a) for a in args if isinstance(a, torch.Tensor)}
         sources |= {id(t) for t in self.attrs.values()}
 
@@ -573,7 +576,7 @@ class Program:
             if id(t) in sources:                 # a copy the graph made must not alias its input
                 return t.clone()
             return t
-        return map_aggregate(self.output_node.args[0], out)
+        return map_aggregate(output_node.args[0], out)
 
     def _run_node(self, step: _TorchStep, env: dict, device: bool) -> None:
         node = step.node
@@ -581,7 +584,10 @@ class Program:
         kwargs = map_aggregate(dict(node.kwargs), lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
         if step.reason is not None:
             args, kwargs = tree_map(_cpu, (args, kwargs))
-        res = node.target(*args, **kwargs)
+        target = node.target
+        if not callable(target):                         # a call_method node's name
+            raise TypeError(f"{node.format_node()}: its target {target!r} is not callable")
+        res = target(*args, **kwargs)
         if step.reason is not None and device:
             res = tree_map(_dev, res)
         env[node] = res
@@ -609,8 +615,9 @@ class Program:
             return
         if seg.g.outputs:
             session.stats.record(f"graph run:{name}", "fallback" if why else "native", why)
-        for m in seg.outputs:
-            env[m] = outs[seg.out_index[m]]
+        if outs is not None:                        # None: the segment has no graph outputs
+            for m in seg.outputs:
+                env[m] = outs[seg.out_index[m]]
         for m, src in seg.passthrough:
             if isinstance(src, torch.fx.Node):
                 env[m] = env[src]

@@ -326,11 +326,12 @@ def _patch_storage() -> None:
     def fornax(self, device=None, non_blocking=False):
         return to(self, "fornax", non_blocking)
 
-    base.clone = clone
-    torch.UntypedStorage.clone = clone
+    # torch's storage classes, patched in place (their stubs declare no such assignments)
+    setattr(base, "clone", clone)
+    setattr(torch.UntypedStorage, "clone", clone)
     torch.storage._to = to
-    base.fornax = fornax
-    torch.UntypedStorage.fornax = fornax
+    setattr(base, "fornax", fornax)
+    setattr(torch.UntypedStorage, "fornax", fornax)
 
     def tag(obj):
         if getattr(obj, "device", None) is not None and obj.device.type == "fornax":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ...layers.runtime import Event as RuntimeEvent
 from . import stream_selection
 from .session import DeviceError, Session, current
 
@@ -79,7 +80,7 @@ class Event:
             raise DeviceError("interprocess events are not supported by the fornax device",
                               seam="runtime", hint="use a plain Event")
         self.enable_timing = enable_timing
-        self.handle = None
+        self.handle: RuntimeEvent | None = None
         self.session = current()
 
     def record(self, stream: Stream | None = None) -> None:
@@ -122,10 +123,10 @@ def current_stream(device=None) -> Stream:
 
 def default_stream(device=None) -> Stream:
     session = current()
-    cached = getattr(session, "_torch_default_stream", None)
-    if cached is None:
+    cached = session.default_torch_stream
+    if not isinstance(cached, Stream):
         cached = Stream(_handle=session.runtime.default_stream())
-        session._torch_default_stream = cached
+        session.default_torch_stream = cached
     return cached
 
 

@@ -35,7 +35,7 @@ class LowerCtx:
     masked off by ``output_mask``).  ``consts``: a scalar-constant cache to share
     between the contexts of one graph (each scalar value and dtype made once)."""
 
-    def __init__(self, g: Graph, outs: list[OutMeta], consts: dict | None = None):
+    def __init__(self, g: Graph, outs: list[OutMeta | None], consts: dict | None = None):
         self.g = g
         self.outs = list(outs)
         self.where = ""                       # the overload being lowered (for messages)
@@ -61,8 +61,10 @@ class LowerCtx:
         return v if v.dtype is dt else self.g.op("cast", v, dtype=dt.value)
 
     def out(self, i: int = 0) -> DType:
-        """The graph dtype of output ``i``."""
-        return as_graph_dtype(self.outs[i].dtype)
+        """The graph dtype of output ``i`` (one torch computes: not ``None``)."""
+        meta = self.outs[i]
+        assert meta is not None, f"output {i} is masked off"
+        return as_graph_dtype(meta.dtype)
 
     def const(self, array, name: str = "c") -> Value:
         return self.g.constant(np.asarray(array), name)

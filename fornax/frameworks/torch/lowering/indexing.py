@@ -192,7 +192,7 @@ def _advanced(ctx, x: Value, indices):
     xp = _permute(ctx, x, perm)
     kdims = [x.shape[d] for d in pos]
     before, after = xp.shape[:first], xp.shape[first + len(pos):]
-    lin = None
+    lin: Value | None = None
     for j, (v, n) in enumerate(zip(idxs, kdims)):
         v = _bcast(ctx, v, bshape)
         v = ctx.op("where", ctx.op("lt", v, ctx.scalar(0, DType.INT64)),
@@ -201,6 +201,7 @@ def _advanced(ctx, x: Value, indices):
         if stride != 1:
             v = ctx.op("mul", v, ctx.scalar(stride, DType.INT64))
         lin = v if lin is None else ctx.op("add", lin, v)
+    assert lin is not None                     # pos, so idxs, is not empty
     lin = _reshape(ctx, lin, (max(1, math.prod(bshape)),))
     xr = _reshape(ctx, xp, (math.prod(before), math.prod(kdims), math.prod(after)))
     return xr, lin, tuple(before), bshape, tuple(after), xp, perm

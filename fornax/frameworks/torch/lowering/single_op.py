@@ -27,7 +27,7 @@ def output_metas(op, args: tuple, kwargs: dict) -> list[OutMeta | None]:
     """torch's description of every tensor output of ``op(*args, **kwargs)``, from meta tensors."""
     res = op(*_to_meta(tuple(args)), **{k: _to_meta(v) for k, v in kwargs.items()})
     res = res if isinstance(res, (tuple, list)) else (res,)
-    outs = []
+    outs: list[OutMeta | None] = []
     for r in res:
         if isinstance(r, (tuple, list)):
             outs.extend(None if t is None else OutMeta.of(t) for t in r)
