@@ -81,7 +81,6 @@ by :func:`export`.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import math
 import operator
@@ -105,6 +104,7 @@ from .eager import materialize
 from .fx_rewrites import eager_on_device, rewrite
 from .lowering import (DTYPE_TO_TORCH, TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lower,
                        op_key)
+from .dynamo_skip import skip_fornax_frames
 from .session import Session, current
 from .streams import current_runtime_stream
 
@@ -201,29 +201,6 @@ def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                         inference_compiler=_compiler("inference"),
                         decompositions=decompositions())(gm, example_inputs)
-
-
-#: fornax's own machinery: Dynamo must run it, never trace it (see :func:`skip_fornax_frames`)
-_DYNAMO_SKIP = ("fornax.frameworks.torch", "fornax.layers", "fornax.sim", "fornax.vendors", "fornax.stack")
-
-
-def skip_fornax_frames() -> None:
-    """Put fornax's own machinery (the eager device's kernels, the seams, the simulator) on
-    Dynamo's skip list (idempotent).
-
-    The device's ATen kernels are Python functions the dispatcher calls: when a compiled
-    region runs an op eagerly on ``fornax`` tensors (a graph break, an RNN Dynamo leaves
-    alone), Dynamo would otherwise compile those frames as user code -- down into the
-    simulator's numpy, which it rewrites into torch ops.  Workloads written inside
-    fornax (``fornax.scenarios``) are not skipped."""
-    from torch._dynamo import trace_rules
-
-    for mod in _DYNAMO_SKIP:
-        spec = importlib.util.find_spec(mod)
-        assert spec is not None and spec.origin is not None, mod      # fornax's own packages
-        path = spec.origin.removesuffix("__init__.py")
-        if path not in trace_rules.SKIP_DIRS:
-            trace_rules.add(mod)
 
 
 def register_backend() -> None:
