@@ -5,10 +5,13 @@ negative and 0-d dims), :func:`reduction_dims` (None or [] mean every dim),
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fornax.layers.errors import GraphError
 from fornax.layers.graph import Value
 from fornax.frameworks.builders import reshape as _reshape
+
+from .context import LowerCtx
 
 
 def ndim(v: Value) -> int:
@@ -22,7 +25,7 @@ def wrap_dim(d: int, rank: int) -> int:
     return d % r
 
 
-def reduction_dims(dim, rank: int) -> list[int]:
+def reduction_dims(dim: int | Sequence[int] | None, rank: int) -> list[int]:
     """Normalised reduction dims; None or [] mean every dim."""
     if dim is None:
         return list(range(rank))
@@ -33,7 +36,7 @@ def reduction_dims(dim, rank: int) -> list[int]:
     return sorted({wrap_dim(d, rank) for d in dim}) if rank else []
 
 
-def reduce_dims(ctx, name: str, x: Value, dims, keepdim: bool) -> Value:
+def reduce_dims(ctx: LowerCtx, name: str, x: Value, dims: Sequence[int], keepdim: bool) -> Value:
     """Reduce over several dims, one graph reduction per dim."""
     if ndim(x) == 0:
         return x
@@ -45,9 +48,9 @@ def reduce_dims(ctx, name: str, x: Value, dims, keepdim: bool) -> Value:
     return x
 
 
-def sum_dims(ctx, x, dims, keepdim=True):
+def sum_dims(ctx: LowerCtx, x: Value, dims: Sequence[int], keepdim: bool = True) -> Value:
     return reduce_dims(ctx, "reduce_sum", x, dims, keepdim)
 
 
-def count_dims(x: Value, dims) -> int:
+def count_dims(x: Value, dims: Sequence[int]) -> int:
     return math.prod(x.shape[d] for d in dims)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fornax.layers.graph import DType, Graph, Value
@@ -35,16 +37,17 @@ class LowerCtx:
     masked off by ``output_mask``).  ``consts``: a scalar-constant cache to share
     between the contexts of one graph (each scalar value and dtype made once)."""
 
-    def __init__(self, g: Graph, outs: list[OutMeta | None], consts: dict | None = None):
+    def __init__(self, g: Graph, outs: list[OutMeta | None],
+                 consts: dict[tuple[str, str, DType], Value] | None = None):
         self.g = g
         self.outs = list(outs)
         self.where = ""                       # the overload being lowered (for messages)
-        self._consts: dict = {} if consts is None else consts
+        self._consts: dict[tuple[str, str, DType], Value] = {} if consts is None else consts
 
-    def op(self, name: str, *vals: Value, **attrs) -> Value:
+    def op(self, name: str, *vals: Value, **attrs: Any) -> Value:
         return self.g.op(name, *vals, **attrs)
 
-    def scalar(self, value, dtype) -> Value:
+    def scalar(self, value: float | torch.Tensor, dtype: DType | torch.dtype) -> Value:
         """A 0-d constant of ``dtype`` (one per value and dtype in this graph)."""
         dt = as_graph_dtype(dtype)
         if isinstance(value, torch.Tensor):
@@ -56,7 +59,7 @@ class LowerCtx:
             self._consts[key] = self.g.constant(np.array(value).astype(dt.numpy), "s")
         return self._consts[key]
 
-    def cast(self, v: Value, dtype) -> Value:
+    def cast(self, v: Value, dtype: DType | torch.dtype) -> Value:
         dt = as_graph_dtype(dtype)
         return v if v.dtype is dt else self.g.op("cast", v, dtype=dt.value)
 
@@ -66,7 +69,7 @@ class LowerCtx:
         assert meta is not None, f"output {i} is masked off"
         return as_graph_dtype(meta.dtype)
 
-    def const(self, array, name: str = "c") -> Value:
+    def const(self, array: npt.ArrayLike, name: str = "c") -> Value:
         return self.g.constant(np.asarray(array), name)
 
     def fail(self, why: str) -> NotLowerable:

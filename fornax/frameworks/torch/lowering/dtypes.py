@@ -30,5 +30,6 @@ def graph_dtype(dtype: torch.dtype, where: str = "") -> DType:
                            f"{', '.join(d.value for d in DType)})") from None
 
 
-def as_graph_dtype(dtype) -> DType:
+def as_graph_dtype(dtype: DType | torch.dtype) -> DType:
+    """``dtype`` as a graph dtype (a graph dtype as it is)."""
     return dtype if isinstance(dtype, DType) else graph_dtype(dtype)

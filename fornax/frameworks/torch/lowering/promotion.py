@@ -12,6 +12,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from fornax.layers.graph import DType, Value
 
+from .context import LowerCtx
 from .dtypes import DTYPE_TO_TORCH, graph_dtype
 
 
@@ -25,11 +26,11 @@ _KINDS = {"default": ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
 
 
 @functools.lru_cache(maxsize=None)
-def _meta_of(shape, dtype: DType) -> torch.Tensor:
+def _meta_of(shape: tuple[int, ...], dtype: DType) -> torch.Tensor:
     return torch.empty(shape, dtype=DTYPE_TO_TORCH[dtype], device="meta")
 
 
-def promote(*args, kind: str = "default") -> tuple[DType, DType]:
+def promote(*args: Value | float | None, kind: str = "default") -> tuple[DType, DType]:
     """(compute dtype, result dtype) of an elementwise op over Values and Python scalars,
     by torch's rules (the compute dtype of float16/bfloat16 is float32)."""
     metas = [_meta_of(tuple(a.shape), a.dtype) if isinstance(a, Value) else a
@@ -42,11 +43,11 @@ def opmath(dt: DType) -> DType:
     return DType.FLOAT32 if dt in LOW_PRECISION else dt
 
 
-def compute_dtype(ctx, i: int = 0) -> DType:
+def compute_dtype(ctx: LowerCtx, i: int = 0) -> DType:
     """The dtype to compute output ``i`` in: its dtype, float32 for float16/bfloat16."""
     return opmath(ctx.out(i))
 
 
-def float_in(ctx, x: Value, i: int = 0) -> Value:
+def float_in(ctx: LowerCtx, x: Value, i: int = 0) -> Value:
     """``x`` cast to the compute dtype of output ``i`` (int inputs of float ops become float)."""
     return ctx.cast(x, compute_dtype(ctx, i))

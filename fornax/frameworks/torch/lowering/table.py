@@ -8,23 +8,27 @@ has registered (the package ``__init__`` calls it).  Keys are
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
+#: a lowering: ``fn(ctx, **arguments by schema name)`` -> a Value, None, or one per output
+Lowering = Callable[..., Any]
+_L = TypeVar("_L", bound=Lowering)
+
 
 # ---- the table -----------------------------------------------------------------------------------
-TABLE: dict[str, Callable] = {}
+TABLE: dict[str, Lowering] = {}
 
 
-def op_key(op) -> str:
+def op_key(op: Any) -> str:
     """``"aten::add.Tensor"`` / ``"aten::relu.default"`` for an OpOverload."""
     return f"{op._schema.name}.{op._overloadname}"
 
 
-def lowering(*names: str):
+def lowering(*names: str) -> Callable[[_L], _L]:
     """Register the decorated function as the lowering of each named overload."""
-    def deco(fn):
+    def deco(fn: _L) -> _L:
         for n in names:
             if n in TABLE:
                 raise ValueError(f"two lowerings for {n}")
@@ -33,7 +37,7 @@ def lowering(*names: str):
     return deco
 
 
-def lookup(op) -> Callable | None:
+def lookup(op: Any) -> Lowering | None:
     """The lowering of an OpOverload (or overload name), or None."""
     return TABLE.get(op if isinstance(op, str) else op_key(op))
 
