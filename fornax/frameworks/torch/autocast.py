@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_map
 from . import session as _session
 
 KEY = "AutocastPrivateUse1"
-_EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_EXCLUDE = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, KEY))  # a key torch's stubs omit
 _registered: set[str] = set()
 _libraries: list | None = None
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -46,6 +46,7 @@ def _adopt(session) -> None:
             continue
         if lib is None:
             lib = torch.library.Library("aten", "IMPL")
+            assert _libraries is not None, "register() runs before any session is adopted"
             _libraries.append(lib)
         lib.impl(name, _kernel(op, name), KEY)
         _registered.add(name)

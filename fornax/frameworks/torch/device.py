@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from . import session as _session
+from .device_index import device_index
 from .session import DeviceError, use_stack  # noqa: F401  (public: torch.fornax.use_stack)
 from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
@@ -26,24 +27,6 @@ def _current():
     s = _session.current()
     _initialized = True
     return s
-
-
-def _check_index(device) -> int:
-    if device is None:
-        return 0
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "fornax":
-            raise ValueError(f"expected a fornax device, got {device}")
-        index = device.index or 0
-    else:
-        index = int(device)
-    if index != 0:
-        raise DeviceError(f"fornax device {index} does not exist: the PyTorch face addresses "
-                          "device 0 only", seam="framework",
-                          hint="use fornax:0; multi-device runs go through `fornax compose --devices N`")
-    return index
 
 
 # -- the hooks PyTorch calls ------------------------------------------------------------------
@@ -72,14 +55,14 @@ def current_device() -> int:
 
 
 def set_device(device) -> None:
-    _check_index(device)
+    device_index(device)
 
 
 class device:
     """``with torch.fornax.device(0):`` — a device context (index 0 is the only one)."""
 
     def __init__(self, device):
-        self.idx = _check_index(device)
+        self.idx = device_index(device)
 
     def __enter__(self):
         return self
@@ -89,7 +72,7 @@ class device:
 
 
 def synchronize(device=None) -> None:
-    _check_index(device)
+    device_index(device)
     _current().runtime.synchronize()
 
 
@@ -131,7 +114,7 @@ def set_rng_state_all(states) -> None:
 # -- properties and versions --------------------------------------------------------------------
 def get_device_properties(device=None):
     """The device's properties in the stack's framework vocabulary."""
-    _check_index(device)
+    device_index(device)
     s = _current()
     fw = s.framework
     props = fw.device_properties(s.stack.driver, 0)
@@ -187,7 +170,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 # -- memory ---------------------------------------------------------------------------------------
 def memory_stats(device=None) -> dict:
-    _check_index(device)
+    device_index(device)
     return dict(_current().runtime.memory_stats())
 
 
@@ -199,27 +182,27 @@ def _stat(name: str) -> int:
 
 
 def memory_allocated(device=None) -> int:
-    _check_index(device)
+    device_index(device)
     return _stat("allocated_bytes")
 
 
 def max_memory_allocated(device=None) -> int:
-    _check_index(device)
+    device_index(device)
     return _stat("peak_allocated_bytes")
 
 
 def memory_reserved(device=None) -> int:
-    _check_index(device)
+    device_index(device)
     return _stat("reserved_bytes")
 
 
 def max_memory_reserved(device=None) -> int:
-    _check_index(device)
+    device_index(device)
     return _stat("peak_reserved_bytes")
 
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
-    _check_index(device)
+    device_index(device)
     return _current().runtime.memory_summary()
 
 
@@ -228,7 +211,7 @@ def empty_cache() -> None:
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _check_index(device)
+    device_index(device)
     alloc = _current().runtime.allocator()
     if hasattr(alloc, "reset_peak"):
         alloc.reset_peak()
@@ -237,7 +220,7 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
-    _check_index(device)
+    device_index(device)
     s = _current()
     total = int(s.stack.driver.properties(0).memory_bytes)
     return total - memory_reserved(), total

@@ -114,7 +114,7 @@ def _classify(op) -> OpInfo:
     return OpInfo(name, "mutating", None, mutated, seeded)
 
 
-def _find_overload(packet, arg_names: list[str]):
+def _find_overload(packet, arg_names: list[tuple[str, str]]):
     if packet is None:
         return None
     for ov in packet.overloads():
@@ -299,7 +299,7 @@ def _via_functional(session, info: OpInfo, op, args, kwargs):
         if info.kind == "out" and tuple(dst.shape) != tuple(src.shape):
             aten.resize_.default(dst, src.shape)
         copy_into(dst, src)
-    session.stats.relabel_last(info.name, f"through {info.functional.name()}")
+    session.stats.relabel_last(info.name, f"through {finfo.name}")
     if info.kind == "out":
         return outs[0] if len(outs) == 1 else tuple(outs)
     return args[0]
@@ -371,7 +371,7 @@ def _native(session: Session, info: OpInfo, op, args, kwargs, dest=None):
                 for m in entry.outs]
     if entry.plan is not None:
         stream = current_runtime_stream(session)
-        temps = []
+        temps: list[torch.Tensor] = []
         ptrs = [materialize(session, t, temps, stream) for t in tensors]
         entry.plan(ptrs, [T.address(outs[k], session) for k in entry.present], stream)
         del temps
@@ -418,7 +418,7 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
     try:
         vals = lower(LowerCtx(g, outs), op, tuple(vargs), dict(vkwargs))
         present = tuple(k for k, v in enumerate(vals) if v is not None)
-        g.output(*(vals[k] for k in present))
+        g.output(*(v for v in vals if v is not None))
         route = session.framework.device_route(g)
         if route is not None:
             return _Unlowerable(route.reason)
@@ -645,7 +645,9 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str, home: bo
     for pos, name in info.mutated:
         c = ckwargs[name] if name in ckwargs else (cargs[pos] if pos < len(cargs) else None)
         for cc in (c if isinstance(c, (list, tuple)) else [c]):
-            orig = originals.get(id(cc)) if isinstance(cc, torch.Tensor) else None
+            if not isinstance(cc, torch.Tensor):
+                continue
+            orig = originals.get(id(cc))
             if orig is None:
                 continue
             if tuple(orig.shape) != tuple(cc.shape):

@@ -41,9 +41,10 @@ def rewrite(node: torch.fx.Node) -> tuple:
     val = node.meta.get("val")
     if node.target in UNINITIALISED and isinstance(val, torch.Tensor):
         return aten.zeros.default, (list(val.shape),), {"dtype": val.dtype}
-    if node.target is aten.cat.default:
-        pieces = [a for a in node.args[0] if not _is_empty(a)]
-        if pieces and len(pieces) < len(node.args[0]):
+    tensors = node.args[0] if node.args else None
+    if node.target is aten.cat.default and isinstance(tensors, (list, tuple)):
+        pieces = [a for a in tensors if not _is_empty(a)]
+        if pieces and len(pieces) < len(tensors):
             return node.target, (pieces, *node.args[1:]), dict(node.kwargs)
     return node.target, node.args, dict(node.kwargs)
 

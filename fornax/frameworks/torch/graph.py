@@ -81,7 +81,6 @@ by :func:`export`.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import math
 import operator
@@ -105,6 +104,7 @@ from .eager import materialize
 from .fx_rewrites import eager_on_device, rewrite
 from .lowering import (DTYPE_TO_TORCH, TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lower,
                        op_key)
+from .dynamo_skip import skip_fornax_frames
 from .session import Session, current
 from .streams import current_runtime_stream
 
@@ -165,7 +165,7 @@ def _eager(gm: torch.fx.GraphModule, name: str, reason: str):
     def run(args):
         current().stats.record(f"graph run:{name}", "fallback", reason)
         return gm(*args)
-    run._boxed_call = True
+    setattr(run, "_boxed_call", True)               # AOTAutograd passes the inputs as one list
     return run
 
 
@@ -179,8 +179,8 @@ def _compiler(kind: str):
 
         def run(args):
             return program(*args)
-        run._boxed_call = True
-        run.program = program
+        setattr(run, "_boxed_call", True)
+        setattr(run, "program", program)
         return run
     return compile_fx
 
@@ -201,27 +201,6 @@ def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                         inference_compiler=_compiler("inference"),
                         decompositions=decompositions())(gm, example_inputs)
-
-
-#: fornax's own machinery: Dynamo must run it, never trace it (see :func:`skip_fornax_frames`)
-_DYNAMO_SKIP = ("fornax.frameworks.torch", "fornax.layers", "fornax.sim", "fornax.vendors", "fornax.stack")
-
-
-def skip_fornax_frames() -> None:
-    """Put fornax's own machinery (the eager device's kernels, the seams, the simulator) on
-    Dynamo's skip list (idempotent).
-
-    The device's ATen kernels are Python functions the dispatcher calls: when a compiled
-    region runs an op eagerly on ``fornax`` tensors (a graph break, an RNN Dynamo leaves
-    alone), Dynamo would otherwise compile those frames as user code -- down into the
-    simulator's numpy, which it rewrites into torch ops.  Workloads written inside
-    fornax (``fornax.scenarios``) are not skipped."""
-    from torch._dynamo import trace_rules
-
-    for mod in _DYNAMO_SKIP:
-        path = importlib.util.find_spec(mod).origin.removesuffix("__init__.py")
-        if path not in trace_rules.SKIP_DIRS:
-            trace_rules.add(mod)
 
 
 def register_backend() -> None:
@@ -307,12 +286,13 @@ class _Segment:
     passthrough: list = field(default_factory=list)     # (FX node, FX input node | ndarray)
     empties: list = field(default_factory=list)         # (FX node, OutMeta | None): zero-element results
     plans: dict = field(default_factory=dict)           # session id -> ResidentPlan | reason
+    out_index: dict = field(default_factory=dict)       # FX node in outputs -> its graph output position
     refused: str = ""                                   # why the stack cannot compile it (torch runs it)
 
 
 @dataclass
 class _TorchStep:
-    node: object
+    node: torch.fx.Node
     reason: str | None      # None: runs where its operands are (getitem, a library's op), not counted
 
 
@@ -423,7 +403,7 @@ class Program:
                 return self._value(seg, a, added) if isinstance(a, torch.fx.Node) else a
             outs = _out_metas(node)
             if outs and all(o is not None and math.prod(o.shape) == 0 for o in outs):
-                res = [None] * len(outs)          # nothing to compute: every result is empty
+                res: list[Value | None] = [None] * len(outs)      # nothing to compute: every result is empty
             else:
                 target, args, kwargs = rewrite(node)       # empties as zeros, no empty cat pieces
                 ctx = LowerCtx(g, outs, seg.consts)
@@ -545,9 +525,9 @@ class Program:
                     self._run_node(step, env, device)
             if self.output_node is None:
                 return ()
-            return self._outputs(env, args, device)
+            return self._outputs(self.output_node, env, args, device)
 
-    def _outputs(self, env: dict, args, device: bool):
+    def _outputs(self, output_node: torch.fx.Node, env: dict, args, device: bool):
         sources = {id(a) for a in args if isinstance(a, torch.Tensor)}
         sources |= {id(t) for t in self.attrs.values()}
 
@@ -573,7 +553,7 @@ class Program:
             if id(t) in sources:                 # a copy the graph made must not alias its input
                 return t.clone()
             return t
-        return map_aggregate(self.output_node.args[0], out)
+        return map_aggregate(output_node.args[0], out)
 
     def _run_node(self, step: _TorchStep, env: dict, device: bool) -> None:
         node = step.node
@@ -581,7 +561,10 @@ class Program:
         kwargs = map_aggregate(dict(node.kwargs), lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
         if step.reason is not None:
             args, kwargs = tree_map(_cpu, (args, kwargs))
-        res = node.target(*args, **kwargs)
+        target = node.target
+        if not callable(target):                         # a call_method node's name
+            raise TypeError(f"{node.format_node()}: its target {target!r} is not callable")
+        res = target(*args, **kwargs)
         if step.reason is not None and device:
             res = tree_map(_dev, res)
         env[node] = res
@@ -609,8 +592,9 @@ class Program:
             return
         if seg.g.outputs:
             session.stats.record(f"graph run:{name}", "fallback" if why else "native", why)
-        for m in seg.outputs:
-            env[m] = outs[seg.out_index[m]]
+        if outs is not None:                        # None: the segment has no graph outputs
+            for m in seg.outputs:
+                env[m] = outs[seg.out_index[m]]
         for m, src in seg.passthrough:
             if isinstance(src, torch.fx.Node):
                 env[m] = env[src]

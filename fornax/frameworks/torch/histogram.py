@@ -25,18 +25,20 @@ import math
 
 import torch
 
+from . import eager
+from .histc_bounds import bound
+
 aten = torch.ops.aten
 
 
 def histc(self: torch.Tensor, bins: int = 100, min=0, max=0) -> torch.Tensor:
-    from . import eager
     if self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
         return eager.dispatch(aten.histc.default, self, bins, min, max)
     if bins <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
     if not all(math.isfinite(float(v)) for v in (min, max)):
         raise RuntimeError(f"torch.histc: range of [{float(min)}, {float(max)}] is not finite")
-    lo, hi = _bound(min, self.dtype), _bound(max, self.dtype)
+    lo, hi = bound(min, self.dtype), bound(max, self.dtype)
     if lo > hi:
         raise RuntimeError("torch.histc: max must be larger than min")
     flat = self.reshape(-1).to(torch.int64)
@@ -62,15 +64,6 @@ def histc_out(self: torch.Tensor, bins: int = 100, min=0, max=0, *, out: torch.T
         out.resize_(result.shape)
     out.copy_(result)
     return out
-
-
-def _bound(value, dtype: torch.dtype) -> int:
-    """A ``histc`` bound as the input's integer type holds it (``int()`` truncates toward
-    zero, as the C++ cast does)."""
-    v = int(value)
-    info = torch.iinfo(dtype)
-    span = info.max - info.min + 1
-    return (v - info.min) % span + info.min        # wrap into the type, as the narrowing cast does
 
 
 def _c_name(dtype: torch.dtype) -> str:

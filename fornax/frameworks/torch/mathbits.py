@@ -30,7 +30,7 @@ def flagged(t) -> bool:
 
 def raw(t: torch.Tensor) -> torch.Tensor:
     """A fornax view of ``t``'s bytes with no flag (same storage, sizes, strides, offset)."""
-    return T.wrap(t.untyped_storage(), tuple(t.shape), tuple(t.stride()), t.dtype, t.storage_offset())
+    return T.wrap(t.untyped_storage(), tuple(t.shape), tuple(t.stride()), t.dtype, int(t.storage_offset()))
 
 
 def copy(dst: torch.Tensor, src: torch.Tensor, copy_raw, run) -> torch.Tensor:

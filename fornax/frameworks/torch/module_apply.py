@@ -56,9 +56,9 @@ def install() -> None:
             m._init_flat_weights()
         return out
 
-    _apply.__wrapped__ = original
+    setattr(_apply, "__wrapped__", original)        # functools' convention for a wrapper
     _apply.__doc__ = original.__doc__
-    nn.Module._apply = _apply
+    setattr(nn.Module, "_apply", _apply)
     setattr(nn.Module, _FLAG, True)
 
 
@@ -87,11 +87,12 @@ def _swap_into(old: nn.Parameter, new: nn.Parameter) -> nn.Parameter:
     """``old`` with ``new``'s tensor and gradient (and its own Python attributes); ``new``
     itself where the swap is impossible.  A lazy module's uninitialised parameter stays
     uninitialised on the new device (its first forward materialises it there, as on CUDA)."""
-    if isinstance(old, nn.parameter.UninitializedTensorMixin) and type(new) is nn.Parameter:
+    if nn.parameter.is_lazy(old) and type(new) is nn.Parameter:
         new.__class__ = type(old)
     if type(old) is not type(new):
         return new
-    if old._use_count() > 1 or new._use_count() > 1:
+    # Tensor._use_count (the TensorImpl's reference count) is missing from torch's stubs
+    if old._use_count() > 1 or new._use_count() > 1:  # type: ignore[attr-defined]
         # an autograd graph (or C++ code) still holds the tensor: swapping would poison it
         return new
     attrs = dict(old.__dict__)

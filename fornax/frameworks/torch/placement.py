@@ -63,13 +63,13 @@ def wrap_numbers(op, args: tuple, kwargs: dict):
                           (bool, int, float, complex)) for i, n in slots):
         return args, kwargs
     first = next((x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)), None)
-    args, kwargs = list(args), dict(kwargs)
+    wrapped, kwargs = list(args), dict(kwargs)
     for i, n in slots:
         if n in kwargs:
             kwargs[n] = _wrapped(kwargs[n], first)
-        elif i < len(args):
-            args[i] = _wrapped(args[i], first)
-    return tuple(args), kwargs
+        elif i < len(wrapped):
+            wrapped[i] = _wrapped(wrapped[i], first)
+    return tuple(wrapped), kwargs
 
 
 def _wrapped(x, first):
@@ -87,13 +87,13 @@ def adopt(name: str, op, args: tuple, kwargs: dict, tensors: list):
         return args, kwargs
     slots = _index_slots(op)
     if slots:
-        args, kwargs = list(args), dict(kwargs)
+        moved, kwargs = list(args), dict(kwargs)
         for pos, arg in slots:
             if arg in kwargs:
                 kwargs[arg] = _move_indices(kwargs[arg])
-            elif pos < len(args):
-                args[pos] = _move_indices(args[pos])
-        args = tuple(args)
+            elif pos < len(moved):
+                moved[pos] = _move_indices(moved[pos])
+        args = tuple(moved)
 
     def place(x):
         if not _foreign(x):

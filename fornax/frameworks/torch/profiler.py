@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
 import torch.autograd.profiler as _autograd_profiler
 
@@ -39,6 +40,15 @@ _STACK = threading.local()
 #: records kept at most while no profile is parsed (a profiler left running does not grow
 #: without bound: the oldest records are dropped)
 MAX_RECORDS = 200_000
+
+
+class _Kernel(Protocol):
+    """What the profiler reads of a driver's kernel record."""
+
+    name: str
+    duration_s: float
+    flops: float
+    launch: int
 
 
 class _Frame:
@@ -87,7 +97,7 @@ def run(session, op, fn, args, kwargs):
                     del _RECORDS[: len(_RECORDS) - MAX_RECORDS]
 
 
-def _kernels(frames: list[_Frame]) -> dict[tuple[int, int], object]:
+def _kernels(frames: list[_Frame]) -> dict[tuple[int, int], _Kernel]:
     """(driver id, launch number) -> KernelRecord for every launch the frames name, waiting
     for queued work once if some have not run yet."""
     wanted: dict[int, set[int]] = {}
@@ -96,7 +106,7 @@ def _kernels(frames: list[_Frame]) -> dict[tuple[int, int], object]:
         drivers[id(f.driver)] = f.driver
         wanted.setdefault(id(f.driver), set()).update(
             n for a, b in f.launches for n in range(a + 1, b + 1))
-    found: dict[tuple[int, int], object] = {}
+    found: dict[tuple[int, int], _Kernel] = {}
     for key, driver in drivers.items():
         need = wanted[key]
         for attempt in range(2):
@@ -186,5 +196,5 @@ def install() -> None:
         attach(events, result.trace_start_ns(), self.use_device)
         return events
 
-    cls._parse_kineto_results = parse
+    setattr(cls, "_parse_kineto_results", parse)
     setattr(cls, _FLAG, True)

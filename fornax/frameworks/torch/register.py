@@ -25,6 +25,7 @@ from . import eager, fused, histogram, sparse
 from . import module_apply as _module_apply
 from . import profiler as _profiler
 from . import tensors as T
+from .device_index import device_index
 
 _FLAG = "_fornax_backend_registered"
 LIBRARIES: list = []
@@ -156,7 +157,7 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 def _check_device(device) -> None:
     if device is not None and getattr(device, "index", None):      # fornax:0 is the only one
-        _device_module._check_index(device)
+        device_index(device)
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -185,7 +186,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_bl
     target = torch.device(device) if device is not None else self.device
     keep = memory_format in (None, torch.preserve_format)
     if target.type == "fornax":
-        _device_module._check_index(target)
+        device_index(target)
         stride = _dense_strides(self) if keep else None
         out = T.empty(self.shape, dtype, stride)
         if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
@@ -325,11 +326,12 @@ def _patch_storage() -> None:
     def fornax(self, device=None, non_blocking=False):
         return to(self, "fornax", non_blocking)
 
-    base.clone = clone
-    torch.UntypedStorage.clone = clone
+    # torch's storage classes, patched in place (their stubs declare no such assignments)
+    setattr(base, "clone", clone)
+    setattr(torch.UntypedStorage, "clone", clone)
     torch.storage._to = to
-    base.fornax = fornax
-    torch.UntypedStorage.fornax = fornax
+    setattr(base, "fornax", fornax)
+    setattr(torch.UntypedStorage, "fornax", fornax)
 
     def tag(obj):
         if getattr(obj, "device", None) is not None and obj.device.type == "fornax":
@@ -338,7 +340,7 @@ def _patch_storage() -> None:
 
     def restore(obj, location):
         if location.startswith("fornax"):
-            _device_module._check_index(location)
+            device_index(location)
             return _storage_to_fornax(obj)
         return None
     torch.serialization.register_package(9, tag, restore)

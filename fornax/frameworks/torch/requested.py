@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .device_index import device_index
 from .tensors import DEVICE
 
 _POSITION: dict = {}
@@ -32,8 +33,7 @@ def check_index(device: torch.device | None) -> None:
     address, as ``empty`` and ``.to`` do: every factory the same way, before anything is
     allocated."""
     if device is not None and device.type == DEVICE and device.index:
-        from .device import _check_index
-        _check_index(device)
+        device_index(device)
 
 
 def elsewhere(device: torch.device | None) -> bool:

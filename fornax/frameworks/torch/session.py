@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ...layers.errors import ConfigError, FornaxError
 from ...stack import Stack, compose, load_config, make_config
+from .stream_selection import Selectable, runtime_stream
 
 TAG_SHIFT = 52
 #: packets of history each device's timeline keeps for traces (its oldest half goes past this)
@@ -70,7 +71,7 @@ class OpStats:
         return sorted(out, key=lambda r: (-r["count"], r["op"]))
 
     def totals(self) -> dict:
-        t = Counter()
+        t: Counter[str] = Counter()
         for (_, k), n in self.routes.items():
             t[k] += n
         return dict(t)
@@ -96,11 +97,12 @@ class Session:
         self.plans: OrderedDict = OrderedDict()  # eager executables, keyed by op signature
         self.rules: dict = {}                   # ATen op -> the family's torch_route answer
         self.alive = True
+        self.default_torch_stream: Selectable | None = None   # torch.fornax.default_stream()'s object
         self.resets: dict[int, str] = {}        # session ids retired by a device reset -> why
         for device in getattr(stack, "devices", ()):  # an eager process runs millions of packets
             device.timeline.record_limit = RECORD_LIMIT
         log = getattr(getattr(stack, "driver", None), "kernel_log", None)
-        if hasattr(log, "limit"):
+        if log is not None and hasattr(log, "limit"):
             log.limit = RECORD_LIMIT
 
     # -- addresses ----------------------------------------------------------------------------
@@ -110,9 +112,8 @@ class Session:
     def malloc(self, nbytes: int) -> int:
         """Device bytes from the runtime seam's caching allocator, on the current stream's pool
         (like PyTorch's, it never synchronises the device)."""
-        from .streams import current_runtime_stream
         with self.lock:
-            address = self.runtime.allocate(max(int(nbytes), 1), current_runtime_stream(self))
+            address = self.runtime.allocate(max(int(nbytes), 1), runtime_stream(self))
             self.allocations[address] = int(nbytes)
             return self.tag(address)
 
@@ -219,19 +220,19 @@ def current() -> Session:
     if _current is not None:
         return _current
     with _lock:
-        if _current is None:
-            config = os.environ.get("FORNAX_CONFIG")
-            vendor = os.environ.get("FORNAX_VENDOR")
-            if config:
-                cfg, origin = make_config(vendor, base=load_config(config)), f"FORNAX_CONFIG={config}"
-            else:
-                cfg = make_config(vendor or "cuda-like")
-                origin = f"FORNAX_VENDOR={vendor}" if vendor else "default (cuda-like)"
-            if cfg.meta:
-                raise ConfigError(f"{origin}: a shape-only (meta) stack cannot back the torch "
-                                  "eager device", hint="set meta = false in the config")
-            _activate(Session(compose(cfg), origin))
-    return _current
+        if _current is not None:           # another thread composed it meanwhile
+            return _current
+        config = os.environ.get("FORNAX_CONFIG")
+        vendor = os.environ.get("FORNAX_VENDOR")
+        if config:
+            cfg, origin = make_config(vendor, base=load_config(config)), f"FORNAX_CONFIG={config}"
+        else:
+            cfg = make_config(vendor or "cuda-like")
+            origin = f"FORNAX_VENDOR={vendor}" if vendor else "default (cuda-like)"
+        if cfg.meta:
+            raise ConfigError(f"{origin}: a shape-only (meta) stack cannot back the torch "
+                              "eager device", hint="set meta = false in the config")
+        return _activate(Session(compose(cfg), origin))
 
 
 def initialized() -> bool:

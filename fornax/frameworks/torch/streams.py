@@ -9,19 +9,16 @@ uses the runtime's default stream.
 from __future__ import annotations
 
 import contextlib
-import threading
 
+from ...layers.runtime import Event as RuntimeEvent
+from . import stream_selection
 from .session import DeviceError, Session, current
-
-_local = threading.local()
 
 
 def current_runtime_stream(session: Session | None = None):
-    session = session or current()
-    s = getattr(_local, "stream", None)
-    if s is not None and s.session is session:
-        return s.handle
-    return session.runtime.default_stream()
+    """The runtime stream this thread's work for ``session`` (default: the current one)
+    enqueues on (see :mod:`.stream_selection`)."""
+    return stream_selection.runtime_stream(session or current())
 
 
 class Stream:
@@ -83,7 +80,7 @@ class Event:
             raise DeviceError("interprocess events are not supported by the fornax device",
                               seam="runtime", hint="use a plain Event")
         self.enable_timing = enable_timing
-        self.handle = None
+        self.handle: RuntimeEvent | None = None
         self.session = current()
 
     def record(self, stream: Stream | None = None) -> None:
@@ -118,23 +115,23 @@ def _device():
 
 def current_stream(device=None) -> Stream:
     session = current()
-    s = getattr(_local, "stream", None)
-    if s is not None and s.session is session:
+    s = stream_selection.selected()
+    if isinstance(s, Stream) and s.session is session:
         return s
     return default_stream()
 
 
 def default_stream(device=None) -> Stream:
     session = current()
-    cached = getattr(session, "_torch_default_stream", None)
-    if cached is None:
+    cached = session.default_torch_stream
+    if not isinstance(cached, Stream):
         cached = Stream(_handle=session.runtime.default_stream())
-        session._torch_default_stream = cached
+        session.default_torch_stream = cached
     return cached
 
 
 def set_stream(stream: Stream) -> None:
-    _local.stream = stream
+    stream_selection.select(stream)
 
 
 @contextlib.contextmanager
@@ -143,9 +140,9 @@ def stream(s: Stream | None):
     if s is None:
         yield
         return
-    prev = getattr(_local, "stream", None)
-    _local.stream = s
+    prev = stream_selection.selected()
+    stream_selection.select(s)
     try:
         yield
     finally:
-        _local.stream = prev
+        stream_selection.select(prev)

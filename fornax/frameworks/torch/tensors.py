@@ -17,6 +17,7 @@ in-place writes through a view keep PyTorch's exact semantics.
 from __future__ import annotations
 
 import weakref
+from typing import cast
 
 import numpy as np
 import torch
@@ -52,7 +53,9 @@ def new_storage(nbytes: int, session: Session | None = None) -> torch.UntypedSto
     """A storage of ``nbytes`` in simulated device memory (freed when torch drops it)."""
     session = session or current()
     ptr = session.malloc(nbytes)
-    storage = torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes))
+    # typed as either storage kind by torch's stubs; it makes an untyped one
+    storage = cast(torch.UntypedStorage,
+                   torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes)))
     # at interpreter exit the bytes go with the process: freeing them there would wait on the
     # simulated device (a blocking free synchronises), so the finaliser does not run then
     weakref.finalize(storage, _free, session, ptr).atexit = False
@@ -86,7 +89,7 @@ def span_elements(shape, stride) -> int:
 
 def wrap(storage, shape, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
     """A fornax tensor viewing ``storage`` (no copy)."""
-    t = torch._C._acc.create_empty_tensor([0], dtype)
+    t = torch._C._acc.create_empty_tensor((0,), dtype)
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _CPU_KEYS, t, storage, int(offset), list(shape), list(stride))
     return t

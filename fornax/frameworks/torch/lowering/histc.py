@@ -3,7 +3,7 @@
 PyTorch's CPU ``histc`` takes floating-point tensors only; accelerators also count integer
 tensors, and a mixture-of-experts layer of ``transformers`` calls
 ``torch.histc(expert_ids.int(), ...)`` on every device but the CPU. The eager device computes
-that with :mod:`.histogram`; a compiled graph reaches this lowering, which builds the same
+that with :mod:`..histogram`; a compiled graph reaches this lowering, which builds the same
 integer arithmetic out of graph ops, so the node runs on the device instead of being sent
 to a CPU that cannot run it:
 
@@ -24,8 +24,9 @@ import math
 from fornax.frameworks.builders import full, reshape
 from fornax.layers.graph import DType
 
-from .histogram import _bound
-from .lowering import DTYPE_TO_TORCH, lowering
+from ..histc_bounds import bound
+from .dtypes import DTYPE_TO_TORCH
+from .table import lowering
 
 
 @lowering("aten::histc.default")
@@ -35,7 +36,7 @@ def histc(ctx, self, bins=100, min=0, max=0):
     if bins <= 0 or not all(math.isfinite(float(v)) for v in (min, max)):
         raise ctx.fail("invalid bins or range: PyTorch raises its own error")
     torch_dtype = DTYPE_TO_TORCH[self.dtype]
-    lo, hi = _bound(min, torch_dtype), _bound(max, torch_dtype)
+    lo, hi = bound(min, torch_dtype), bound(max, torch_dtype)
     if lo > hi:
         raise ctx.fail("max < min: PyTorch raises its own error")
     i64 = DType.INT64
