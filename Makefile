@@ -18,6 +18,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --select F fornax tests benchmarks
+	$(BIN)/mypy                      # settings in pyproject.toml: strict for the seams, simulator, stack, report
 	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25   # two workers, a file's tests on one; the slowest tests listed
 
 bench: $(STAMP)
@@ -39,6 +40,7 @@ fuzz-atheris: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --select F fornax tests benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info
