@@ -10,6 +10,8 @@ tolerances are explained in :mod:`fornax.contracts.library`'s docstring.
 from __future__ import annotations
 
 
+from typing import Any
+
 import numpy as np
 
 from ..layers import library as library_layer
@@ -263,13 +265,13 @@ def conv_reference(pass_: str, a: np.ndarray, b: np.ndarray, g: dict) -> np.ndar
     return dw
 
 
-def conv_cases(seed: int, count: int) -> list[dict]:
+def conv_cases(seed: int, count: int) -> list[dict[str, Any]]:
     """Small seeded convolution problems whose filter fits the padded input."""
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[dict[str, Any]] = []
     while len(out) < count:
         G = int(rng.integers(1, 3))
-        p = dict(n=int(rng.integers(1, 3)), c=G * int(rng.integers(1, 4)), k=G * int(rng.integers(1, 4)),
+        p: dict[str, Any] = dict(n=int(rng.integers(1, 3)), c=G * int(rng.integers(1, 4)), k=G * int(rng.integers(1, 4)),
                  h=int(rng.integers(4, 9)), w=int(rng.integers(4, 9)), r=int(rng.integers(1, 4)),
                  s=int(rng.integers(1, 4)), groups=G,
                  stride=(int(rng.integers(1, 3)), int(rng.integers(1, 3))),
