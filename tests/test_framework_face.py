@@ -21,7 +21,7 @@ from torch._decomp import decomposition_table
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fornax.cli.main import main
-from fornax.contracts.base import run_suite
+from fornax.contracts.suites import run_suite
 from fornax.layers.compiler import Target
 from fornax.layers.errors import ConfigError, NotSupportedError
 from fornax.layers.face import aten_name

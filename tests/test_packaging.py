@@ -18,15 +18,15 @@ def test_the_entry_point_is_declared():
 
 
 def test_import_torch_registers_fornax_and_the_switch_opts_out():
-    assert qc._probe(sys.executable, qc._clean_env()) == (0, "fornax fornax:0")
-    code, out = qc._probe(sys.executable, qc._clean_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert qc.probe(sys.executable, qc.clean_env()) == (0, "fornax fornax:0")
+    code, out = qc.probe(sys.executable, qc.clean_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     assert (code, out) == (0, "privateuseone -")
 
 
 @pytest.mark.skipif(qc.source_root() is None, reason="fornax was installed from a wheel")
 def test_a_fresh_venv_installs_fornax_and_autoloads_it(tmp_path):
     python = qc.fresh_venv_install(qc.source_root(), tmp_path)
-    assert qc._probe(python, qc._clean_env()) == (0, "fornax fornax:0")
+    assert qc.probe(python, qc.clean_env()) == (0, "fornax fornax:0")
     # the venv's fornax is its own copy, not this checkout's editable install
     out = qc.subprocess.run([python, "-c", "import fornax; print(fornax.__file__)"],
                             capture_output=True, text=True, check=True, cwd=tmp_path).stdout
@@ -40,5 +40,5 @@ def test_importing_fornax_first_still_registers_the_device(first):
     # still under way: the hook must step aside, and the device still ends up registered
     code = f"import {first}, torch; print(torch.empty(2, device='fornax').device)"
     r = qc.subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=qc._clean_env(), cwd=qc.tempfile.gettempdir())
+                          env=qc.clean_env(), cwd=qc.tempfile.gettempdir())
     assert (r.returncode, r.stdout.strip()) == (0, "fornax:0"), r.stderr[-600:]

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..contracts.base import SUITES, run_suite, resolve_impl
+from ..contracts.base import resolve_impl
 from ..layers.errors import ConfigError
 from ..stack import get_vendor
 from .errors import debug_option, handle_errors
@@ -22,8 +22,7 @@ from .errors import debug_option, handle_errors
 @handle_errors
 def conform(seam, vendor, impl, as_json, debug):
     """Check an implementation of SEAM (driver, runtime, compiler, library, framework) clause by clause."""
-    from .. import contracts  # noqa: F401
-    from ..contracts import compiler, driver, framework, library, runtime  # noqa: F401  (register the suites)
+    from ..contracts.suites import SUITES, run_suite
     if seam not in SUITES:
         raise ConfigError(f"no conformance suite for seam {seam!r}; suites: {', '.join(sorted(SUITES))}")
     if (vendor is None) == (impl is None):

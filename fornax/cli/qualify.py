@@ -53,7 +53,7 @@ def qualify(vendor, stack_path, levels, as_json, full, debug):
         for lr in result.levels:
             for e in lr.evidence:
                 if e.traceback:
-                    click.echo(f"--- {e.check.level}.{e.check.name}\n{e.traceback}", err=True)
+                    click.echo(f"--- {e.clause.ref}\n{e.traceback}", err=True)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -62,13 +62,14 @@ def qualify(vendor, stack_path, levels, as_json, full, debug):
         sys.exit(result.exit_code)
 
 
-def _value(e: q.Evidence) -> str:
+def _value(e: q.Result) -> str:
     v = e.value
     text = "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
-    limit = e.check.limit
-    if isinstance(limit, float):
-        limit = f"{limit:.3g}"
-    return f"{e.check.measured}: {text} ({e.check.relation} {limit})"
+    m = e.clause.measure
+    if m is None:
+        return text
+    limit = f"{m.limit:.3g}" if isinstance(m.limit, float) else m.limit
+    return f"{m.measured}: {text} ({m.relation} {limit})"
 
 
 def _clip(text: str, n: int = 200) -> str:
@@ -93,11 +94,12 @@ def render(result: q.Qualification, console: Console) -> None:
         t.add_row(f"[bold]{lr.level.id}[/]", f"[{style[st]}]{st.upper()}[/]",
                   f"[bold]{escape(lr.level.title)}[/]{count}", "", end_section=not lr.evidence)
         for i, e in enumerate(lr.evidence):
-            c = e.check
+            c = e.clause
             mark = "[green]ok[/]" if e.passed else "[red]FAIL[/]"
-            what = f"{escape(c.name)}: {escape(c.title)}"
-            if c.dtype or c.shape:
-                what += f" [dim]({escape(', '.join(x for x in (c.dtype, c.shape) if x))})[/]"
+            what = f"{escape(c.id)}: {escape(c.title)}"
+            shown = [x for x in ((c.measure.dtype, c.measure.shape) if c.measure else ()) if x]
+            if shown:
+                what += f" [dim]({escape(', '.join(shown))})[/]"
             what += f"\n[dim]{escape(_clip(e.detail))}[/]" if e.passed else \
                 f"\n[red]{escape(_clip(e.detail, 400))}[/]"
             t.add_row("", mark, what, escape(_value(e)), end_section=i == len(lr.evidence) - 1)

@@ -1,10 +1,15 @@
-"""The machinery of a conformance suite: clauses, subjects and the runner."""
+"""The machinery of a conformance suite: its clauses by seam, the subject and the runner.
+
+A seam's suite is the list of clauses registered for it with :func:`clause`; each clause
+is run by :func:`run_clause` on a fresh :class:`Subject` (the implementation under test on
+fresh simulated devices).  The suites themselves are the modules named after the seams;
+:mod:`fornax.contracts.suites` loads them all and runs one by seam name.
+"""
 
 from __future__ import annotations
 
 import importlib
 import traceback
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -16,38 +21,21 @@ from ..layers.vendor import Vendor
 from ..sim.device import Device
 from ..sim.spec import load_spec
 from ..sim.topology import Topology
+from .clause import Clause, ContractFailure, Result, evaluate
+
+__all__ = ["SUITES", "Clause", "ContractFailure", "Result", "Subject", "add_relu_graph", "clause",
+           "expect_error", "require", "resolve_impl", "rng_arrays", "run_clause"]
 
 
-class ContractFailure(AssertionError):
-    """A clause's promise was broken; the message says how."""
+#: every seam's suite, in the order its clauses were declared
+SUITES: dict[str, list[Clause["Subject"]]] = {}
+
+Check = Callable[["Subject"], None]
 
 
-@dataclass(frozen=True)
-class Clause:
-    seam: str
-    id: str
-    title: str
-    check: Callable[["Subject"], None]
-
-
-@dataclass(frozen=True)
-class Result:
-    clause: Clause
-    passed: bool
-    detail: str
-
-    def line(self) -> str:
-        status = "PASS" if self.passed else "FAIL"
-        text = f"{status} {self.clause.seam} {self.clause.id} {self.clause.title}"
-        return text if self.passed else f"{text}: {self.detail}"
-
-
-SUITES: dict[str, list[Clause]] = {}
-
-
-def clause(seam: str, cid: str, title: str):
+def clause(seam: str, cid: str, title: str) -> Callable[[Check], Check]:
     """Register a check as a clause of ``seam``'s suite."""
-    def register(fn: Callable[["Subject"], None]) -> Callable[["Subject"], None]:
+    def register(fn: Check) -> Check:
         SUITES.setdefault(seam, []).append(Clause(seam, cid, title, fn))
         return fn
     return register
@@ -77,7 +65,10 @@ class Subject:
         """Join the subject's devices by a fabric, as a composed stack does (once)."""
         if self.devices[0].topology is None:
             Topology.build(self.spec, len(self.devices), kind).connect(self.devices)
-        return self.devices[0].topology
+        topology = self.devices[0].topology
+        if topology is None:
+            raise ContractFailure("the fabric joined no device")
+        return topology
 
     def communicator(self, library, timeout_s: float | None = None):
         """``library``'s communicator over every device of the subject, joined by a fabric."""
@@ -110,7 +101,7 @@ def add_relu_graph(n: int = 300) -> Graph:
     return g
 
 
-def expect_error(fn: Callable[[], object], what: str, kinds: tuple[type, ...] = (FornaxError,)) -> FornaxError:
+def expect_error(fn: Callable[[], object], what: str, kinds: tuple[type[FornaxError], ...] = (FornaxError,)) -> FornaxError:
     """``fn`` must raise a fornax error of ``kinds`` that carries the vendor's exact code."""
     try:
         fn()
@@ -125,7 +116,8 @@ def expect_error(fn: Callable[[], object], what: str, kinds: tuple[type, ...] = 
     raise ContractFailure(f"{what}: no error was raised")
 
 
-def require(condition: bool, message: str) -> None:
+def require(condition: object, message: str) -> None:
+    """The clause fails with ``message`` unless ``condition`` is truthy."""
     if not condition:
         raise ContractFailure(message)
 
@@ -153,22 +145,18 @@ def resolve_impl(ref: str) -> Vendor:
     return obj
 
 
-def run_clause(c: Clause, vendor: Vendor) -> Result:
-    try:
-        c.check(Subject(vendor))
-    except ContractFailure as exc:
-        return Result(c, False, str(exc))
-    except FornaxError as exc:
-        return Result(c, False, f"unexpected {type(exc).__name__}: {exc}")
-    except Exception as exc:  # an implementation crash is a failed clause, never a crashed suite
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        return Result(c, False, f"crashed with {type(exc).__name__}: {exc} "
-                                f"(at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})")
-    return Result(c, True, "")
+def _explain(exc: Exception) -> tuple[str, str | None]:
+    """A suite's words for an exception a clause raised (a crash names where it happened)."""
+    if isinstance(exc, ContractFailure):
+        return str(exc), None
+    if isinstance(exc, FornaxError):
+        return f"unexpected {type(exc).__name__}: {exc}", None
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return (f"crashed with {type(exc).__name__}: {exc} "
+            f"(at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"), None
 
 
-def run_suite(seam: str, vendor: Vendor) -> list[Result]:
-    from . import compiler, driver, framework, library, runtime  # noqa: F401  (registers the clauses)
-    if seam not in SUITES:
-        raise ConfigError(f"no conformance suite for seam {seam!r}; suites: {', '.join(sorted(SUITES))}")
-    return [run_clause(c, vendor) for c in SUITES[seam]]
+def run_clause(c: Clause[Subject], vendor: Vendor) -> Result:
+    """Run one clause of a suite on ``vendor`` (on fresh devices); never raises for the
+    implementation's sake: a broken promise or a crash is a failed result."""
+    return evaluate(c, Subject(vendor), _explain)

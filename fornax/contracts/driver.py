@@ -156,10 +156,10 @@ def corrupt_image(s: Subject) -> None:
     ctx = d.create_context(0)
     for plan in s.binaries(add_relu_graph(N)):
         b = plan.binary
-        data = bytearray(b.data)
-        mid = len(data) // 2
-        data[mid] ^= 0x5A
-        data = bytes(data[: len(data) - 7])
+        flipped = bytearray(b.data)
+        mid = len(flipped) // 2
+        flipped[mid] ^= 0x5A
+        data = bytes(flipped[: len(flipped) - 7])
         bad = KernelBinary(b.format, b.target, b.entry_points, data, b.producer)
         expect_error(lambda: d.load_module(ctx, bad), f"loading a corrupted {b.format} image", (BinaryError,))
 
@@ -236,6 +236,8 @@ def isolation(s: Subject) -> None:
                  (MemoryFaultError, DeviceLostError))
     # read the owner's bytes from the simulated HBM itself: the family may have lost the device
     mapping = s.devices[0].memory.owner_of(p)
+    if mapping is None:
+        raise ContractFailure("the owner's allocation is no longer mapped in device memory")
     back = np.frombuffer(mapping.buffer[p - mapping.va: p - mapping.va + N * 4].tobytes(), np.float32)
     require(np.array_equal(back, secret), "the owner's memory changed")
 
@@ -292,7 +294,8 @@ def launch_limits(s: Subject) -> None:
     props = d.properties(0)
     compiler = s.vendor.compiler()
     fmt = next((f for f in compiler.output_formats() if f in d.loadable_formats(0)), None)
-    require(fmt is not None, "the family's compiler emits no format its driver loads")
+    if fmt is None:
+        raise ContractFailure("the family's compiler emits no format its driver loads")
     module = d.load_module(ctx, compiler.emit(programs, Target(props.target, fmt, props.compute_units)))
     q = d.create_queue(ctx)
     dst = d.allocate(ctx, 128)

@@ -33,7 +33,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
 from ..stack import BUILTIN_FAMILIES
 
 #: seconds one case may take
@@ -48,8 +52,8 @@ class Hang(Exception):
 @dataclass
 class Target:
     name: str
-    strategy: Callable[[], object]          # -> a hypothesis strategy (built lazily)
-    run: Callable[[object], object]
+    strategy: Callable[[], SearchStrategy[Any]]   # built lazily (hypothesis is imported then)
+    run: Callable[[Any], object]                # the parser under test, on one generated case
     allowed: tuple[type[BaseException], ...]
 
 
@@ -239,14 +243,21 @@ def targets() -> list[Target]:
         Target("report-json", lambda: _json_mutations(seed("report")), validate, (SchemaError,)),
         Target("cli", _cli_strategy, _run_cli, ()),
     ]
+    def images(family: str) -> Callable[[], SearchStrategy[Any]]:
+        return lambda: _image_mutations(seed(f"{family}-image"))
+
+    def assembly(family: str) -> Callable[[], SearchStrategy[Any]]:
+        def strategy() -> SearchStrategy[Any]:
+            dialect, text = seed(f"{family}-assembly")
+            return _text_mutations(text).map(lambda t: (dialect, t))
+        return strategy
+
     for family in FAMILIES:
-        out.append(Target(f"{family}-image", lambda f=family: _image_mutations(seed(f"{f}-image")),
+        out.append(Target(f"{family}-image", images(family),
                           lambda case: case[0].decode_image(case[1]),
                           (ContainerError, InvalidProgram, FornaxError, SimError)))
         if _dialect(family) is not None:
-            out.append(Target(f"{family}-assembly",
-                              lambda f=family: _text_mutations(seed(f"{f}-assembly")[1]).map(
-                                  lambda t, f=f: (seed(f"{f}-assembly")[0], t)),
+            out.append(Target(f"{family}-assembly", assembly(family),
                               lambda case: case[0].parse_module(case[1]),
                               (ConfigError, InvalidProgram, FornaxError)))
     return out

@@ -29,8 +29,7 @@ def pytest_addoption(parser) -> None:
 def pytest_generate_tests(metafunc) -> None:
     if "fornax_clause" not in metafunc.fixturenames:
         return
-    from .base import SUITES
-    from . import compiler, driver, framework, library, runtime  # noqa: F401  (register the suites)
+    from .suites import SUITES
     impls = metafunc.config.getoption("fornax_impl") or list(_families())
     seams = metafunc.config.getoption("fornax_seam") or sorted(SUITES)
     params, ids = [], []

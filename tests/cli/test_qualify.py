@@ -171,7 +171,7 @@ def test_a_wrong_lowering_fails_l2_and_drops_the_verdict(monkeypatch):
     # the failing op is still named
     monkeypatch.setitem(TL._TABLE, "aten::exp.default", TL._TABLE["aten::sin.default"])
     q = Q.qualify(make_config("rocm-like"), ["L2"])
-    e = next(e for e in q.levels[2].evidence if e.check.name == "opinfo")
+    e = next(e for e in q.levels[2].evidence if e.clause.id == "opinfo")
     exp = next(c for c in e.cases if c["name"] == "exp")
     assert exp["passed"] < exp["samples"] and "exp" in e.detail
     assert e.value >= 0.95 and e.passed
@@ -195,7 +195,7 @@ def test_a_wrong_jax_rule_fails_l4_only(monkeypatch):
     monkeypatch.setitem(RULES, "tanh", RULES["sin"])
     q = Q.qualify(make_config("cuda-like"), ["L4"])
     assert q.exit_code == 1 and q.levels[4].status == "fail"
-    by = {e.check.name: e for e in q.levels[4].evidence}
+    by = {e.clause.id: e for e in q.levels[4].evidence}
     assert by["torch_compile"].passed
     assert not by["jax_jit"].passed and by["jax_jit"].value > 1e-2
     assert [lr.status for lr in q.levels if lr.level.id != "L4"] == ["not run"] * 7
@@ -212,7 +212,7 @@ def test_a_stack_with_an_injected_fault_stops_at_l0():
         ft.use_stack("cuda-like")
     assert q.levels[0].status == "pass" and q.levels[1].status == "fail"
     assert q.verdict == "L0" and q.exit_code == 1
-    views = next(e for e in q.levels[1].evidence if e.check.name == "views")
+    views = next(e for e in q.levels[1].evidence if e.clause.id == "views")
     assert not views.passed and "CUDA_ERROR_ECC_UNCORRECTABLE (214)" in views.detail
 
 
@@ -250,7 +250,7 @@ def test_a_stack_that_does_not_compose_fails_l0_with_the_reason(tmp_path):
 def test_other_families_l0_and_l7(vendor, face, code_api):
     q = Q.qualify(make_config(vendor), ["L0", "L7"])
     assert q.exit_code == 0, [e.detail for lr in q.levels for e in lr.evidence if not e.passed]
-    by = {f"{e.check.level}.{e.check.name}": e for lr in q.levels for e in lr.evidence}
+    by = {e.clause.ref: e for lr in q.levels for e in lr.evidence}
     assert face in by["L0.torch"].detail
     assert by["L7.oom"].value.startswith(code_api)
     assert ft.current().describe() == f"{vendor} on h200-like"

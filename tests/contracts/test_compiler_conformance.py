@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from fornax.cli.main import main
 from fornax.contracts import compiler as suite
-from fornax.contracts.base import SUITES, ContractFailure, Subject, run_clause, run_suite
+from fornax.contracts.base import ContractFailure, Subject, run_clause
+from fornax.contracts.suites import SUITES, run_suite
 from fornax.layers.graph import OPS, DType
 from fornax.layers.vendor import Vendor
 from fornax.stack import get_vendor

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from fornax.cli.main import main
-from fornax.contracts.base import SUITES, run_clause, run_suite
+from fornax.contracts.base import run_clause
+from fornax.contracts.suites import SUITES, run_suite
 from fornax.contracts import driver as driver_suite  # noqa: F401
 from fornax.contracts import runtime as runtime_suite  # noqa: F401
 from fornax.layers.errors import FornaxError

@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from fornax.cli.main import main
 from fornax.contracts import library as library_suite
-from fornax.contracts.base import SUITES, run_clause, run_suite
+from fornax.contracts.base import run_clause
+from fornax.contracts.suites import SUITES, run_suite
 from fornax.layers.graph import DType
 from fornax.layers.vendor import Vendor
 from fornax.stack import get_vendor

@@ -45,7 +45,10 @@ def configurations(info, device) -> list[OptimizerInput]:
     inputs = _get_optim_inputs_including_global_cliquey_kwargs(device, torch.float32, info, skip=("differentiable",))
     if "fused" in info.supported_impls and "cpu" in info.supports_fused_on \
             and not any(i.kwargs.get("fused") for i in inputs):
-        inputs += [OptimizerInput(params=None, kwargs={**i.kwargs, "fused": True, "foreach": False},
+        # PyTorch's own optim_inputs functions pass params=None (the test fills them in), but
+        # OptimizerInput's annotation does not admit None
+        inputs += [OptimizerInput(params=None,  # type: ignore[arg-type]
+                                  kwargs={**i.kwargs, "fused": True, "foreach": False},
                                   desc=f"{i.desc} fused") for i in info.optim_inputs_func(device)]
     return inputs
 
@@ -173,9 +176,9 @@ class TestFornaxOptims(TestCase):
                 check.finish()
             except BaseException as exc:     # pytest's outcomes (xfail, skip) too
                 failures.append(exc)
-        for exc in failures:
-            if isinstance(exc, AssertionError):
-                raise exc
+        for failure in failures:
+            if isinstance(failure, AssertionError):
+                raise failure
         if failures:
             raise failures[0]
 

@@ -115,7 +115,7 @@ class Check:
         emit(self)
         label = f"{self.kind} {self.name} {self.dtype} {self.variant}"
         if self.outcome == "known":
-            pytest.xfail(f"known on {known().family}: {entry.reason}")
+            pytest.xfail(f"known on {known().family}: {self.reason}")
         if self.outcome == "failed":
             raise AssertionError(f"{label}: {self.failed}/{self.run} samples differ from CPU"
                                  f"{' beyond the table tolerance ' + str(entry.tolerance) if entry else ''}:\n  "

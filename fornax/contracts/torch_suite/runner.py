@@ -83,7 +83,7 @@ def run_suite(vendor: str, *, full: bool = False, kinds: Sequence[str] = KINDS, 
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise ConfigError(f"run_suite: unknown kind(s) {', '.join(bad)}", hint=f"kinds: {', '.join(KINDS)}")
-    table = KnownFailures.load(known_failures) if known_failures else KnownFailures.for_family(vendor)
+    table = KnownFailures.load(Path(known_failures)) if known_failures else KnownFailures.for_family(vendor)
     if table.family != vendor:
         raise ConfigError(f"{table.path} is the table of {table.family}, not of {vendor}")
     callback = progress if callable(progress) else None
