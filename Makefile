@@ -30,12 +30,12 @@ conformance-torch: $(STAMP)
 
 # every parser and loader a user can feed, 8,000 cases per target (over 10^5 in all)
 fuzz: $(STAMP)
-	$(BIN)/python -m fornax.contracts.fuzz --cases 8000
+	$(BIN)/python -m fornax.fuzz --cases 8000
 
 # coverage-guided fuzzing of the byte and text loaders (libFuzzer through atheris, an optional extra)
 fuzz-atheris: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[fuzz]'
-	$(BIN)/python -m fornax.contracts.fuzz_atheris --runs 20000 --seconds 60
+	$(BIN)/python -m fornax.fuzz.atheris_run --runs 20000 --seconds 60
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

@@ -26,7 +26,7 @@ from fornax.layers.compiler import Target
 from fornax.layers.errors import ConfigError, NotSupportedError
 from fornax.layers.face import aten_name
 from fornax.layers.framework import Framework, FrameworkBase
-from fornax.layers.vendor import load_facts
+from fornax.vendors import load_facts
 from fornax.sim.device import Device
 from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor

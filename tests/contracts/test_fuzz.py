@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fornax.contracts import fuzz
+from fornax.fuzz import loaders as fuzz
 
 TARGETS = {t.name: t for t in fuzz.targets()}
 

@@ -55,8 +55,8 @@ def test_a_family_from_the_null_template_following_the_page(tmp_path):
     # 2. name the family in its vendor.toml
     naming = tomllib.loads(_block_after(PAGE, "2. Name the family", "toml"))
     toml = (pkg / "vendor.toml").read_text()
-    toml = re.sub(r'^name = ".*"$', f'name = "{naming["name"]}"', toml, flags=re.M)
-    toml = re.sub(r'^description = ".*"$', f'description = "{naming["description"]}"', toml, flags=re.M)
+    toml = re.sub(r'^name = ".*"$', f'name = "{naming["name"]}"', toml, count=1, flags=re.M)
+    toml = re.sub(r'^description = ".*"$', f'description = "{naming["description"]}"', toml, count=1, flags=re.M)
     (pkg / "vendor.toml").write_text(toml)
     # 3. register it as an installed distribution would
     project = tomllib.loads(_block_after(PAGE, "3. Register it", "toml"))
@@ -77,7 +77,8 @@ def test_a_family_from_the_null_template_following_the_page(tmp_path):
     # 5. guide.md's my-like seams (its facts under the new name, its __init__.py) replace the
     #    template's files; the suites pass and a workload runs
     facts = _block_after(GUIDE, "`my_fornax_vendor/vendor.toml`", "toml")
-    (pkg / "vendor.toml").write_text(re.sub(r'^name = ".*"$', f'name = "{naming["name"]}"', facts, flags=re.M))
+    (pkg / "vendor.toml").write_text(re.sub(r'^name = ".*"$', f'name = "{naming["name"]}"', facts, count=1,
+                                            flags=re.M))     # the family's name: the first key
     (pkg / "__init__.py").write_text(_block_after(GUIDE, "`my_fornax_vendor/__init__.py`:", "python"))
     for cmd, shown in _shown("5. Implement the hooks"):
         p = _fornax(tmp_path, *cmd.split()[1:])

@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 
 from fornax.layers.errors import ConfigError
-from fornax.layers.vendor import check_facts, load_facts
+from fornax.vendors import check_facts, load_facts
 
 from helpers import FAMILIES
 

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...layers.vendor import load_facts
+from ..facts_loader import load_facts
 
 FACTS: dict[str, Any] = load_facts(__package__ or __name__.rpartition(".")[0])

@@ -8,7 +8,7 @@ errors it documents (a one-line message) — never any other exception, never lo
 
 * ``stack-config``: a stack config TOML file (``fornax.stack.load_config``);
 * ``chip-spec``: a chip spec TOML file (``fornax.sim.spec.load_spec``);
-* ``vendor-facts``: a family's ``vendor.toml`` (``fornax.layers.vendor.check_facts`` after
+* ``vendor-facts``: a family's ``vendor.toml`` (``fornax.vendors.check_facts`` after
   the TOML parse, as ``load_facts`` does);
 * ``isa-binary`` / ``isa-assembly``: the tile ISA's encoded and text forms
   (``fornax.sim.isa.decode`` / ``assemble``);
@@ -19,7 +19,7 @@ errors it documents (a one-line message) — never any other exception, never lo
 * ``report-json``: a ``fornax.report/1`` document through ``fornax.schemas.validate``;
 * ``cli``: argument vectors for ``fornax`` (exit code 0, 1 or 2, never a traceback).
 
-``python -m fornax.contracts.fuzz --cases N`` runs N cases per target and prints the count
+``python -m fornax.fuzz --cases N`` runs N cases per target and prints the count
 and the failures per target; it exits 1 when any target failed.
 """
 
@@ -196,7 +196,7 @@ def _load_vendor_facts(text):
     import tomllib
 
     from ..layers.errors import ConfigError
-    from ..layers.vendor import check_facts
+    from ..vendors import check_facts
     try:
         facts = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -364,7 +364,7 @@ def run_target(target: Target, cases: int, seed: int = 0) -> Outcome:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fornax.contracts.fuzz", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m fornax.fuzz", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=1000, help="cases per target (default 1000)")
     ap.add_argument("--only", default="", help="comma-separated target names")
     ap.add_argument("--seed", type=int, default=0)

@@ -1,5 +1,5 @@
 """Coverage-guided fuzzing of the byte and text loaders with atheris (libFuzzer), the
-optional companion of :mod:`fornax.contracts.fuzz` (``make fuzz-atheris``; needs the
+optional companion of :mod:`fornax.fuzz.loaders` (``make fuzz-atheris``; needs the
 ``fuzz`` extra: ``pip install -e '.[fuzz]'``).
 
 Hypothesis mutates a valid example at random; libFuzzer keeps every input that reaches new
@@ -9,7 +9,7 @@ compile-cache entries.  The property is the same as in ``make fuzz``: the loader
 raises the fornax error it documents; anything else is a crash libFuzzer reports with the
 input that caused it, and a case over the time limit is a hang.
 
-``python -m fornax.contracts.fuzz_atheris --target NAME [--runs N] [--seconds S]`` fuzzes
+``python -m fornax.fuzz.atheris_run --target NAME [--runs N] [--seconds S]`` fuzzes
 one target in this process (libFuzzer ends the process); without ``--target`` every byte or
 text target runs, each in a child process, and the exit code is 1 when any crashed.
 """
@@ -27,7 +27,7 @@ SKIPPED = ("cli", "report-json")
 
 def _case(name: str, data: bytes):
     """The target's input built from libFuzzer's bytes (the seed supplies the rest)."""
-    from .fuzz import _seeds
+    from .loaders import _seeds
     if name in ("isa-binary", "container", "compile-cache"):
         return data
     text = data.decode("utf-8", "replace")
@@ -42,7 +42,7 @@ def _case(name: str, data: bytes):
 
 def _corpus(name: str) -> bytes:
     """The target's valid example, libFuzzer's starting point."""
-    from .fuzz import _seeds
+    from .loaders import _seeds
     if name in ("stack-config", "chip-spec"):
         return b""
     seed = _seeds()[name if name != "container" else "isa-binary"]
@@ -60,7 +60,7 @@ def fuzz_one(name: str, runs: int, seconds: int, corpus_dir: str | None) -> None
 
     import atheris
 
-    from . import fuzz as fz
+    from . import loaders as fz
     target = next((t for t in fz.targets() if t.name == name), None)
     if target is None or name in SKIPPED:
         raise SystemExit(f"no byte or text target {name!r}; choose from {', '.join(names())}")
@@ -85,12 +85,12 @@ def fuzz_one(name: str, runs: int, seconds: int, corpus_dir: str | None) -> None
 
 
 def names() -> list[str]:
-    from .fuzz import targets
+    from .loaders import targets
     return [t.name for t in targets() if t.name not in SKIPPED]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fornax.contracts.fuzz_atheris",
+    ap = argparse.ArgumentParser(prog="python -m fornax.fuzz.atheris_run",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=None, help="one target (default: every byte or text target)")
     ap.add_argument("--runs", type=int, default=20000, help="inputs per target (default 20000)")
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         return 0
     failed = []
     for name in names():
-        cmd = [sys.executable, "-m", "fornax.contracts.fuzz_atheris", "--target", name,
+        cmd = [sys.executable, "-m", "fornax.fuzz.atheris_run", "--target", name,
                "--runs", str(args.runs), "--seconds", str(args.seconds)]
         if args.corpus:
             cmd += ["--corpus", f"{args.corpus}/{name}"]
