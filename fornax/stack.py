@@ -243,6 +243,14 @@ def load_config(path: str | Path) -> StackConfig:
     return make_config(stack.get("vendor"), seams, base=base)
 
 
+def describe_seams(seams: dict[str, str], spec: str) -> str:
+    """A stack in words, from its seams' families and its chip: ``rocm-like on h200-like``, or
+    ``framework=..., compiler=..., ...`` pairs when the seams differ."""
+    names = sorted(set(seams.values()))
+    who = names[0] if len(names) == 1 else ", ".join(f"{k}={v}" for k, v in seams.items())
+    return f"{who} on {spec}"
+
+
 @dataclass
 class Stack:
     config: StackConfig
@@ -271,10 +279,7 @@ class Stack:
 
     def describe(self) -> str:
         """The stack in words: its family (or ``seam=family`` pairs when seams differ) on its chip."""
-        seams = self.config.seams
-        names = sorted(set(seams.values()))
-        who = names[0] if len(names) == 1 else ", ".join(f"{k}={v}" for k, v in seams.items())
-        return f"{who} on {self.spec.name}"
+        return describe_seams(self.config.seams, self.spec.name)
 
     def run(self, graph: Graph, feeds: dict[str, np.ndarray]) -> RunResult:
         return self.framework.run(graph, feeds)

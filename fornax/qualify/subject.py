@@ -18,7 +18,7 @@ import numpy as np
 import fornax
 
 from ..layers.errors import ConfigError, FornaxError
-from ..stack import Stack, StackConfig, compose, make_config
+from ..stack import Stack, StackConfig, compose, describe_seams, make_config
 
 if TYPE_CHECKING:
     from ..frameworks.torch.session import Session
@@ -80,9 +80,7 @@ class StackSubject:
                 return self.stack.describe()
             except FornaxError:
                 pass
-        names = sorted(set(self.config.seams.values()))
-        who = names[0] if len(names) == 1 else ", ".join(f"{k}={v}" for k, v in self.config.seams.items())
-        return f"{who} on {self.config.spec}"
+        return describe_seams(self.config.seams, self.config.spec)
 
     def build(self, stack: Stack | None = None) -> str:
         """The stack in words with the software versions (what each evidence row ran on)."""
