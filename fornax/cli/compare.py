@@ -1,7 +1,7 @@
 """``fornax compare``: one workload over a matrix of stacks, in one side-by-side table.
 
 The matrix is the vendor families of ``--vendors`` (every seam from one family;
-default cuda-like, rocm-like, xpu-like) or the stack config files of ``--stack``,
+default: every runnable registered family) or the stack config files of ``--stack``,
 crossed with the front ends of ``--frameworks`` (default graph).  Each column is
 one ``fornax compose`` run (:mod:`fornax.compare`); ``--json`` prints the
 ``fornax.compare/1`` document, ``--plot`` draws bar charts of it.  A run that

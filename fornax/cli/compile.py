@@ -18,7 +18,7 @@ from ..layers.errors import ConfigError
 from ..layers.passes import route as routing
 from ..layers.passes.fuse import describe as describe_groups, fuse
 from ..scenarios.workloads import WORKLOADS, get_workload
-from ..stack import compose, make_config
+from ..stack import compose, make_config, runnable_vendors
 from .errors import debug_option, handle_errors
 
 EMITS = ("graph", "ir", "asm", "binary")
@@ -65,7 +65,7 @@ def stage_text(stack, graph, emit: str, fmt: str | None = None):
 
 @click.command("compile")
 @click.option("--workload", metavar="NAME", help="A graph workload (see `fornax workloads`).")
-@click.option("--vendor", metavar="V", help="The compiler family (cuda-like, rocm-like, xpu-like).")
+@click.option("--vendor", metavar="V", help=f"The compiler family ({', '.join(runnable_vendors())}).")
 @click.option("--emit", metavar="|".join(EMITS), help="Which stage to show: " + ", ".join(EMITS) + ".")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write to FILE instead of stdout (needed for --emit binary on a terminal).")

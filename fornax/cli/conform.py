@@ -9,13 +9,13 @@ import click
 
 from ..contracts.base import resolve_impl
 from ..layers.errors import ConfigError
-from ..stack import get_vendor
+from ..stack import get_vendor, runnable_vendors
 from .errors import debug_option, handle_errors
 
 
 @click.command()
 @click.argument("seam")
-@click.option("--vendor", metavar="V", help="A registered vendor family (cuda-like, rocm-like, xpu-like, ...).")
+@click.option("--vendor", metavar="V", help=f"A registered vendor family ({', '.join(runnable_vendors())}, or a template).")
 @click.option("--impl", metavar="MODULE:ATTR", help="A third-party implementation: a fornax Vendor object.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @debug_option

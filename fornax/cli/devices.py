@@ -52,7 +52,7 @@ import click
 
 from ..layers.errors import ConfigError
 from ..layers.face import device_uuid
-from ..stack import compose, load_config, make_config
+from ..stack import compose, load_config, make_config, runnable_vendors
 from .errors import debug_option, handle_errors
 
 SCHEMA = "fornax.devices/1"
@@ -364,7 +364,7 @@ def render(doc: dict, style: ToolStyle) -> str:
 
 
 @click.command()
-@click.option("--vendor", metavar="V", help="Set all five seams to vendor V (cuda-like, rocm-like, xpu-like); "
+@click.option("--vendor", metavar="V", help=f"Set all five seams to vendor V ({', '.join(runnable_vendors())}); "
                                             "the driver's family chooses the tool.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Stack config TOML (as `fornax compose --config`); flags override it.")

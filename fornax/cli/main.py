@@ -23,7 +23,7 @@ from ..scenarios.workloads import DEFAULT_WORKLOAD, WORKLOADS
 from ..sim.faults import FaultPlan, FaultPlanError
 from ..sim.spec import available_specs, load_spec
 from ..sim.trace import chrome_trace
-from ..stack import load_config, make_config, parse_seam_overrides
+from ..stack import load_config, make_config, parse_seam_overrides, runnable_vendors
 from .compare import compare_cmd
 from .compile import compile_cmd
 from .conform import conform
@@ -41,7 +41,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--vendor", metavar="V", help="Set all five seams to vendor V (cuda-like, rocm-like, xpu-like).")
+@click.option("--vendor", metavar="V", help=f"Set all five seams to vendor V ({', '.join(runnable_vendors())}).")
 @click.option("--seam", "seams", multiple=True, metavar="SEAM=V",
               help="Override one seam (repeatable), e.g. --seam compiler=cuda-like.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",

@@ -18,13 +18,13 @@ from rich.table import Table
 
 from .. import qualify as q
 from ..layers.errors import ConfigError
-from ..stack import load_config, make_config
+from ..stack import load_config, make_config, runnable_vendors
 from .errors import debug_option, handle_errors
 
 
 @click.command()
 @click.option("--vendor", metavar="V", help="Qualify the stack with all five seams from vendor V "
-              "(cuda-like, rocm-like, xpu-like, ...).")
+              f"({', '.join(runnable_vendors())}).")
 @click.option("--stack", "stack_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Qualify the stack a config TOML describes ([stack] vendor/spec/seed, [stack.seams]).")
 @click.option("--level", "levels", multiple=True, metavar="L",
