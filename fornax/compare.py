@@ -41,7 +41,6 @@ from .layers.errors import ConfigError, FornaxError
 from .scenarios.workloads import DEFAULT_WORKLOAD, Workload, get_workload, numerics
 from .sim.faults import FaultPlan
 from .stack import Stack, StackConfig, compose, load_config, make_config, runnable_vendors
-from .stack import BUILTIN_FAMILIES
 
 if TYPE_CHECKING:
     from .frameworks.jax import Client
@@ -55,8 +54,10 @@ AnyWorkload = Union[Workload, "TorchWorkload", "JaxWorkload"]
 SCHEMA = "fornax.compare/1"
 #: where a workload comes from: the graph IR, a torch.nn program, a JAX function
 FRAMEWORKS = ("graph", "torch", "jax")
-#: the families a matrix crosses when no --vendors (and no --stack) is given
-DEFAULT_VENDORS = BUILTIN_FAMILIES
+def default_vendors() -> list[str]:
+    """The families a matrix crosses when no --vendors (and no --stack) is given: every
+    runnable registered family (the one registry, :func:`fornax.stack.runnable_vendors`)."""
+    return runnable_vendors()
 
 
 # ---- one run -------------------------------------------------------------------------------------
@@ -310,7 +311,7 @@ def _file_labels(paths: list[str]) -> list[str]:
 def columns(workload: str | None = None, *, vendors=None, frameworks=None, stacks=None,
             spec: str | None = None, seed: int | None = None) -> list[Column]:
     """The columns of a comparison, every argument checked (a :class:`ConfigError` names the
-    first mistake; nothing is composed or run).  ``vendors`` (default :data:`DEFAULT_VENDORS`)
+    first mistake; nothing is composed or run).  ``vendors`` (default :func:`default_vendors`)
     and ``stacks`` (stack config files) are exclusive; each is crossed with ``frameworks``
     (default graph), and ``workload`` (default mlp) must exist for every framework asked."""
     fws = _names(frameworks, "--frameworks", list(FRAMEWORKS)) if frameworks else ["graph"]
@@ -326,7 +327,7 @@ def columns(workload: str | None = None, *, vendors=None, frameworks=None, stack
         stacks_by_label: list[tuple[str, StackConfig, str | None]] = [(label, _stack_config(p, spec, seed), p)
                            for label, p in zip(_file_labels(paths), paths)]
     else:
-        names = _names(vendors, "--vendors", runnable_vendors()) if vendors else list(DEFAULT_VENDORS)
+        names = _names(vendors, "--vendors", runnable_vendors()) if vendors else default_vendors()
         stacks_by_label = [(v, make_config(v, spec=spec, seed=seed), None) for v in names]
     return [Column(label if len(fws) == 1 else f"{label}/{fw}", cfg, fw, name, path)
             for label, cfg, path in stacks_by_label for fw in fws]

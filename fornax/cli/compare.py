@@ -63,7 +63,7 @@ def _run(cols, debug: bool, show_progress: bool) -> dict:
 @click.command("compare")
 @click.option("--vendors", default=None, metavar="V,V,...",
               help=f"Vendor families to compare, every seam from one family (default "
-                   f"{','.join(cmp.DEFAULT_VENDORS)}).")
+                   f"{','.join(cmp.default_vendors())}).")
 @click.option("--frameworks", default=None, metavar="F,F,...",
               help="Front ends to cross with the stacks: graph (default), torch, jax; the workload "
                    "must exist for each.")
