@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .layers.compiler import CompileOptions, Compiler, Target
+from .layers.compiler import CompileOptions, Compiler, PassPipeline, Target
 from .layers.driver import Driver
 from .layers.library import Library
 from .layers.runtime import Runtime
@@ -326,7 +326,7 @@ def compose(config: StackConfig) -> Stack:
     runtime = vendors["runtime"].runtime(driver)
     library = vendors["library"].library(runtime)
     compiler = vendors["compiler"].compiler()
-    if hasattr(compiler, "options"):         # the shared pipeline's options (fusion, IR dumps)
+    if isinstance(compiler, PassPipeline):   # the shared pipeline's options (fusion, IR dumps)
         compiler.options = CompileOptions(fuse=config.fuse, dump_ir=config.dump_ir)
     emits = tuple(compiler.output_formats())
     chosen = next((f for f in emits if f in loadable), None)

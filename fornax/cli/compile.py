@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from ..layers.compiler import Target
+from ..layers.compiler import Disassembler, Target
 from ..layers.errors import ConfigError
 from ..layers.passes import route as routing
 from ..layers.passes.fuse import describe as describe_groups, fuse
@@ -58,7 +58,7 @@ def stage_text(stack, graph, emit: str, fmt: str | None = None):
                           "(every step is a library call), so there is no binary to show")
     if emit == "binary":
         return plan.binary.data
-    if getattr(compiler, "disassemble", None) is None:     # a third-party compiler without the base
+    if not isinstance(compiler, Disassembler):     # a compiler without that capability
         raise ConfigError(f"the {compiler.vendor} compiler has no text form for {plan.binary.format}")
     return compiler.disassemble(plan.binary)
 

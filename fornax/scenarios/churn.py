@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..layers.driver import KernelLog
 from ..layers.graph import DType, Graph
 from ..stack import Stack
 
@@ -87,13 +88,14 @@ def churn(stack: Stack, cycles: int, *, sample_every: int = 97, seed: int = 0) -
     rt.empty_cache()
     for device in stack.devices:
         device.timeline.record_limit = RECORD_LIMIT
-    if hasattr(stack.driver, "kernel_log") and hasattr(stack.driver.kernel_log, "limit"):
+    if isinstance(stack.driver.kernel_log, KernelLog):      # the shared driver's bounded log
         stack.driver.kernel_log.limit = RECORD_LIMIT
     plan = stack.compiler.compile(_graph(), stack.target)     # the format compose negotiated
     step = plan.kernel_steps()[0]
     binary = plan.binary
     assert binary is not None, "the churn graph compiles to a kernel"
-    graphs = bool(rt.graph_facts.get("supported", False)) if hasattr(rt, "graph_facts") else False
+    # graph capture where the runtime's family declares it ([runtime.graph] supported)
+    graphs = bool(stack.vendors["runtime"].facts.get("runtime", {}).get("graph", {}).get("supported", False))
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(N).astype(np.float32)
     b = rng.standard_normal(N).astype(np.float32)
