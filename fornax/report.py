@@ -250,13 +250,18 @@ def _seam_lines(name: str, seam: JSON) -> list[str]:
                    if "planned_peak_bytes" in seam else "")]
         t = seam.get("translator")
         if t:
-            lines.append(f"translated {t['from']} -> {t['to']} by {t['name']} (declared by "
+            verb = "cross-compiled" if t.get("mechanism") == "cross-compile" else "translated"
+            lines.append(f"{verb} {t['from']} -> {t['to']} by {t['name']} (declared by "
                          f"{t['declared_by']}): {t['translations']} module(s), {fmt_bytes(t['bytes_in'])}"
                          f" -> {fmt_bytes(t['bytes_out'])}, {t['reused']} reused, "
                          f"{fmt_time(t['simulated_s'])} simulated")
         return lines
     if name == "library":
         lines = [f"{seam['name']}: {seam['calls']} call(s); ships {', '.join(seam['shipped'])}"]
+        mh = seam.get("marshalling")
+        if mh:
+            lines.append(f"forwarded to {mh['backend_library']} ({mh['backend']}) by {mh['name']}: "
+                         f"{mh['calls']} call(s), {fmt_time(mh['simulated_s'])} simulated host overhead")
         for c in seam["algorithms_chosen"][:6]:
             # gemm shapes are [batch, m, n, k]; other routines (convolution) list their own sizes
             what = "gemm" if c.get("routine", "gemm") == "gemm" else c["routine"]
@@ -297,6 +302,12 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
         branch = tree.add(f"[bold]{name}[/]: [green]{m['stack'][name]}[/]")
         for line in _seam_lines(name, seam):
             branch.add(line)
+    crossings = report["seams"]["compiler"].get("negotiation", {}).get("crossings", [])
+    if crossings:
+        paths = tree.add("[bold]portability paths[/] (where the stack crosses between families)")
+        for c in crossings:
+            paths.add(f"{c['boundary']}: {c['upper']} over {c['lower']} — {c['mechanism']} "
+                      f"[cyan]{c['name']}[/]: {c['real_name']}")
     console.print(tree)
 
     if report["kernels"]:

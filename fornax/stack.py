@@ -43,7 +43,10 @@ from .layers.runtime import Runtime
 from .layers.errors import ConfigError, FormatMismatchError, UnknownSeamError, UnknownVendorError
 from .layers.framework import Framework, RunResult
 from .layers.graph import Graph
-from .layers.translate import TranslatingCompiler, Translator, find_path, translation_paths
+from .layers.marshal import MarshallingLibrary, marshal_paths
+from .layers.portability import Crossing, declared_layer, generic
+from .layers.translate import (TranslatingCompiler, Translator, cross_compile_paths, find_path,
+                               translation_paths)
 from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
 from .sim.replay import ReplayCache
@@ -295,7 +298,10 @@ def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler: Com
     compiler's formats to one the driver loads: the compiler family's own loader decodes,
     the driver family's own encoder re-encodes."""
     src, dst = vendors["compiler"], vendors["driver"]
-    path = find_path(translation_paths(dst.facts, dst.name), emits, loadable)
+    # the compiler's own cross-target output first (what a user of that toolchain would do),
+    # then a translator the driver's family accepts at module load
+    path = (find_path(cross_compile_paths(src.facts, src.name), emits, loadable)
+            or find_path(translation_paths(dst.facts, dst.name), emits, loadable))
     if path is None:
         return None
     encoders = getattr(dst.compiler, "encoders", {}) or {}
@@ -306,6 +312,28 @@ def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler: Com
     loader = src.driver(devices)          # the source family's loader: names the arch, decodes
     translator = Translator(path, loader.decode_image, encoders[path.to_format])
     return TranslatingCompiler(compiler, translator, loader.target(0))
+
+
+def _crossings(config: StackConfig, vendors: dict[str, Vendor], translator: TranslatingCompiler | None,
+               library: Library) -> list[Crossing]:
+    """Every seam boundary of the stack that joins two families, with the path carrying it."""
+    fam = config.seams
+    out: list[Crossing] = []
+    for upper, lower, table, key in (("framework", "runtime", "framework", "runtime"),
+                                     ("runtime", "driver", "runtime", "driver")):
+        if fam[upper] != fam[lower]:
+            v = vendors[upper]
+            out.append(declared_layer(v.facts, v.name, table, key, fam[lower])
+                       or generic(f"{upper}/{lower}", fam[upper], fam[lower]))
+    if translator is not None:
+        p = translator.translator.path
+        out.append(Crossing("compiler/driver", fam["compiler"], fam["driver"], p.mechanism, p.name,
+                            p.real_name, p.vendor))
+    if isinstance(library, MarshallingLibrary):
+        m = library.path
+        out.append(Crossing("library/driver", fam["library"], fam["driver"], "marshal", m.name,
+                            m.real_name, m.front))
+    return out
 
 
 def compose(config: StackConfig) -> Stack:
@@ -338,15 +366,25 @@ def compose(config: StackConfig) -> Stack:
             f"compiler {vendors['compiler'].name} emits {', '.join(emits)}, but driver "
             f"{vendors['driver'].name} loads only {', '.join(loadable)}",
             hint="pick a compiler and driver of one family, or a driver that loads the compiler's format"
-                 + (" (translation is switched off)" if not config.translate else
-                    " (no translation path is declared between them)"))
+                 + (" (cross-family paths are switched off)" if not config.translate else
+                    " (no portability path is declared between them)"))
     shipped = tuple(library.formats())
     lib_ok = [f for f in shipped if f in loadable]
+    if not lib_ok and config.translate:
+        # the library's API over the driver family's own library (hipBLAS over cuBLAS, oneMath's
+        # backends, ZLUDA's cuBLAS over rocBLAS), where the library's family declares it
+        mpath = next((m for m in marshal_paths(vendors["library"].facts, vendors["library"].name)
+                      if m.backend == vendors["driver"].name), None)
+        if mpath is not None:
+            library = MarshallingLibrary(mpath, library.name, vendors["driver"].library(runtime))
+            lib_ok = [f for f in library.formats() if f in loadable]
     if not lib_ok:
         raise FormatMismatchError(
             f"library {vendors['library'].name} ships {', '.join(shipped)} kernels, but driver "
             f"{vendors['driver'].name} loads only {', '.join(loadable)}",
-            hint="pick a library of the driver's family")
+            hint="pick a library of the driver's family"
+                 + (" (cross-family paths are switched off)" if not config.translate else
+                    " (its family declares no path to this driver's library)"))
     props = driver.properties(0)
     if translator is not None:
         compiler, chosen = translator, translator.translator.to_format
@@ -365,5 +403,6 @@ def compose(config: StackConfig) -> Stack:
         negotiation["translation"] = {"path": p.name, "from": p.from_format, "to": p.to_format,
                                       "declared_by": p.vendor, "source_target": translator.source_arch,
                                       "driver_format": p.to_format}
+    negotiation["crossings"] = [c.to_dict() for c in _crossings(config, vendors, translator, library)]
     return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
                  target, negotiation, topology)

@@ -68,7 +68,7 @@ def main() -> None:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write a Chrome/Perfetto trace of the simulated timeline to FILE.")
 @click.option("--no-translate", "no_translate", is_flag=True, default=False,
-              help="Never put a binary translator between compiler and driver (formats must meet).")
+              help="No cross-family paths: no cross-compilation, binary translation or library marshalling between families (formats must meet).")
 @click.option("--no-fuse", "no_fuse", is_flag=True, default=False,
               help="Switch compiler fusion off: one kernel per op (to compare with fusion on).")
 @click.option("--dump-ir", "dump_ir", type=click.Path(file_okay=False), default=None, metavar="DIR",

@@ -32,12 +32,18 @@ from .binary import ContainerError, Encoder, KernelBinary
 from .compiler import CompiledGraph, CompileOptions, Compiler, Target
 from .errors import BinaryError, ConfigError, FornaxError
 from .graph import Graph
+from .portability import declared_tables
 
 #: decoder: a source-format binary -> its kernels by name (raises ContainerError/InvalidProgram)
 Decoder = Callable[[KernelBinary], dict[str, Program]]
 #: encoder: (programs, target, producer) -> a destination-format binary
 
-_PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib"}
+_PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib", "real_name"}
+#: how a path moves kernels across families: a translator at module load (declared by the
+#: driver's family, ``[[translators]]``) or the compiler's own cross-target output (declared by
+#: the compiler's family, ``[[portability.compiler]]``: compiled for the foreign target at
+#: compile time, no module-load cost)
+MECHANISMS = ("translate", "cross-compile")
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,11 @@ class TranslationPath:
     name: str
     from_format: str
     to_format: str
-    vendor: str                    # the family that declared it (its driver loads ``to_format``)
+    vendor: str                    # the family that declared it
     cost_s: float = 0.0
     cost_s_per_kib: float = 0.0
+    mechanism: str = "translate"   # one of MECHANISMS
+    real_name: str = ""            # what the path is called in the real world
 
     def cost(self, nbytes: int) -> float:
         """Simulated translation time for a source binary of ``nbytes``."""
@@ -57,20 +65,23 @@ class TranslationPath:
 
 
 def translation_paths(facts: dict[str, Any], vendor: str) -> list[TranslationPath]:
-    """The ``[[translators]]`` a family declares, checked key by key."""
-    raw = facts.get("translators", [])
-    if not isinstance(raw, list):
-        raise ConfigError(f"{vendor} vendor.toml: translators must be an array of tables "
-                          "([[translators]])", vendor=vendor)
+    """The ``[[translators]]`` a family declares (its driver loads their ``to`` format after a
+    translation at module load), checked key by key."""
+    return _paths(facts.get("translators", []), vendor, "translators", "translate")
+
+
+def cross_compile_paths(facts: dict[str, Any], vendor: str) -> list[TranslationPath]:
+    """The ``[[portability.compiler]]`` a family declares: formats of other families' drivers its
+    compiler emits (HIP on NVIDIA, SYCL's CUDA and HIP backends, chipStar's SPIR-V)."""
+    portability = facts.get("portability", {})
+    raw = portability.get("compiler", []) if isinstance(portability, dict) else []
+    return _paths(raw, vendor, "portability.compiler", "cross-compile")
+
+
+def _paths(raw: Any, vendor: str, table: str, mechanism: str) -> list[TranslationPath]:
     out = []
-    for i, t in enumerate(raw):
-        where = f"{vendor} vendor.toml: translators[{i}]"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{where} is not a table", vendor=vendor)
-        unknown = sorted(set(t) - _PATH_KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: "
-                              f"{', '.join(sorted(_PATH_KEYS))}", vendor=vendor)
+    for i, t in enumerate(declared_tables(raw, vendor, table, _PATH_KEYS)):
+        where = f"{vendor} vendor.toml: {table}[{i}]"
         for key in ("from", "to"):
             if not isinstance(t.get(key), str) or not t[key]:
                 raise ConfigError(f"{where}: {key} must be a format name", vendor=vendor)
@@ -82,7 +93,8 @@ def translation_paths(facts: dict[str, Any], vendor: str) -> list[TranslationPat
                                   vendor=vendor)
             costs[key] = float(v)
         name = t.get("name", f"{t['from']}->{t['to']}")
-        out.append(TranslationPath(str(name), t["from"], t["to"], vendor, **costs))
+        out.append(TranslationPath(str(name), t["from"], t["to"], vendor, **costs, mechanism=mechanism,
+                                   real_name=str(t.get("real_name", ""))))
     return out
 
 
@@ -170,6 +182,7 @@ class Translator:
     def report(self) -> dict[str, Any]:
         p = self.path
         return {"name": p.name, "from": p.from_format, "to": p.to_format, "declared_by": p.vendor,
+                "mechanism": p.mechanism, "real_name": p.real_name,
                 "cost_s": p.cost_s, "cost_s_per_kib": p.cost_s_per_kib, **self.counts,
                 "simulated_s": self.simulated_s}
 

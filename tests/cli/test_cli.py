@@ -87,7 +87,7 @@ def test_every_workload_runs_within_tolerance(workload):
 
 
 def test_mixed_library_names_incompatible_formats():
-    code, out, err = run("compose", "--vendor", "cuda-like", "--seam", "library=xpu-like", "--json")
+    code, out, err = run("compose", "--vendor", "cuda-like", "--seam", "library=xpu-like", "--no-translate", "--json")
     assert code != 0 and out == ""
     line = err.strip()
     assert "\n" not in line
@@ -113,7 +113,7 @@ def test_mixed_runtime_runs():
     (["--vendor", "cuda-like", "--spec", "a100"], "unknown chip spec"),
     (["--config", "/nonexistent/stack.toml"], "does not exist"),
     ([], "no stack given"),
-    (["--vendor", "cuda-like", "--seam", "driver=rocm-like"], "hsaco-like"),
+    (["--vendor", "cuda-like", "--seam", "driver=rocm-like", "--no-translate"], "hsaco-like"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle):
     code, out, err = run("compose", *args)

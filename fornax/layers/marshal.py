@@ -1,0 +1,159 @@
+"""Library marshalling: one family's library API over another family's library.
+
+Real stacks let a library of one vendor run on another vendor's GPU by forwarding its calls
+to the native library there: hipBLAS "marshals" to cuBLAS on NVIDIA, oneMath (the oneMKL
+interfaces) selects a cuBLAS or rocBLAS backend at run time, ZLUDA provides cuBLAS over
+rocBLAS, chipStar hipBLAS over oneMKL.  A family declares what its library can forward to as
+data, in its ``vendor.toml``::
+
+    [[portability.library]]          # drivers of other families this library runs on
+    backend = "cuda-like"            # the driver family whose own library does the work
+    name = "hipblas-marshal-like"
+    real_name = "hipBLAS on NVIDIA: marshalling to cuBLAS"
+    per_call_s = 1.0e-6              # simulated host overhead of one forwarded call
+
+A :class:`MarshallingLibrary` is the composed library: the API and name of the family the
+user chose, the routines, kernels, algorithm choices and shipped images of the backend (the
+stack builds the backend from the driver's family at compose time; this module imports no
+vendor).  Each forwarded call is counted, and its overhead summed as simulated host time,
+which the report shows apart from device time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .call_record import CallRecord
+from .collectives import Communicator
+from .errors import ConfigError
+from .library import Library
+from .portability import declared_tables
+
+_KEYS = {"backend", "name", "real_name", "per_call_s"}
+
+
+@dataclass(frozen=True)
+class MarshalPath:
+    """One declared forwarding: ``front``'s library API over ``backend``'s library."""
+
+    name: str
+    front: str          # the family whose library API the user composed
+    backend: str        # the driver's family, whose library does the work
+    real_name: str
+    per_call_s: float = 0.0
+
+
+def marshal_paths(facts: dict[str, Any], vendor: str) -> list[MarshalPath]:
+    """The ``[[portability.library]]`` a family declares, checked key by key."""
+    portability = facts.get("portability", {})
+    raw = portability.get("library", []) if isinstance(portability, dict) else []
+    out = []
+    for i, t in enumerate(declared_tables(raw, vendor, "portability.library", _KEYS)):
+        where = f"{vendor} vendor.toml: portability.library[{i}]"
+        backend = t.get("backend")
+        if not isinstance(backend, str) or not backend:
+            raise ConfigError(f"{where}: backend must name a vendor family", vendor=vendor)
+        cost = t.get("per_call_s", 0.0)
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+            raise ConfigError(f"{where}: per_call_s must be a non-negative number", vendor=vendor)
+        out.append(MarshalPath(str(t.get("name", f"{vendor}->{backend}")), vendor, backend,
+                               str(t.get("real_name", "")), float(cost)))
+    return out
+
+
+class MarshallingLibrary:
+    """The library seam of ``path.front`` forwarding every routine to ``backend``."""
+
+    def __init__(self, path: MarshalPath, name: str, backend: Library):
+        self.path = path
+        self.vendor = path.front
+        self.name = name
+        self.backend = backend
+        self.forwarded = 0
+        #: simulated host time the forwarding layer added (calls x per-call overhead)
+        self.marshal_s = 0.0
+
+    @property
+    def calls(self) -> Sequence[CallRecord]:
+        return self.backend.calls
+
+    def formats(self) -> tuple[str, ...]:
+        return self.backend.formats()
+
+    def ops(self) -> frozenset[str]:
+        return self.backend.ops()
+
+    def _forwarded(self) -> None:
+        self.forwarded += 1
+        self.marshal_s += self.path.per_call_s
+
+    def gemm(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.gemm(*args, **kwargs)
+
+    def conv2d_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.conv2d_fwd(*args, **kwargs)
+
+    def conv2d_bwd_data(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.conv2d_bwd_data(*args, **kwargs)
+
+    def conv2d_bwd_weights(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.conv2d_bwd_weights(*args, **kwargs)
+
+    def attention_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.attention_fwd(*args, **kwargs)
+
+    def attention_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.attention_bwd(*args, **kwargs)
+
+    def layer_norm_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.layer_norm_fwd(*args, **kwargs)
+
+    def layer_norm_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.layer_norm_bwd(*args, **kwargs)
+
+    def rms_norm_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.rms_norm_fwd(*args, **kwargs)
+
+    def rms_norm_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.rms_norm_bwd(*args, **kwargs)
+
+    def softmax_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.softmax_fwd(*args, **kwargs)
+
+    def softmax_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.softmax_bwd(*args, **kwargs)
+
+    def pool2d_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.pool2d_fwd(*args, **kwargs)
+
+    def pool2d_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
+        self._forwarded()
+        return self.backend.pool2d_bwd(*args, **kwargs)
+
+    def communicator(self, devices: Sequence[int] | None = None,
+                     timeout_s: float | None = None) -> Communicator:
+        return self.backend.communicator(devices, timeout_s)
+
+    def report(self) -> dict[str, Any]:
+        rep = dict(self.backend.report())
+        rep.update({"vendor": self.vendor, "name": self.name,
+                    "marshalling": {"name": self.path.name, "real_name": self.path.real_name,
+                                    "backend": self.path.backend, "backend_library": self.backend.name,
+                                    "per_call_s": self.path.per_call_s, "calls": self.forwarded,
+                                    "simulated_s": self.marshal_s}})
+        return rep
