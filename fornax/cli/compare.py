@@ -7,6 +7,11 @@ one ``fornax compose`` run (:mod:`fornax.compare`); ``--json`` prints the
 ``fornax.compare/1`` document, ``--plot`` draws bar charts of it.  A run that
 fails shows its error in its column, the others still run, and the command
 exits 1 at the end.
+
+``--all-combos`` instead runs one workload over every seam combination of the
+runnable families (or the ``--where SEAM=V`` subset) in ``--jobs`` worker
+processes (:mod:`fornax.compare_combos`); ``--json`` prints the
+``fornax.combos/1`` document.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from rich.progress import (
 )
 
 from .. import compare as cmp
+from .. import compare_combos as combos
 from ..layers.errors import ConfigError, FornaxError
 from .errors import debug_option, handle_errors
 
@@ -60,6 +66,52 @@ def _run(cols, debug: bool, show_progress: bool) -> dict:
     return doc
 
 
+def _progress(console: Console) -> Progress:
+    """A transient progress bar on ``console`` (stderr)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True)
+
+
+def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path, debug,
+                conflicting: list[str]) -> None:
+    """``--all-combos``: every seam combination (or the --where subset), in worker processes."""
+    if conflicting:
+        raise ConfigError(f"--all-combos excludes {', '.join(conflicting)}",
+                          hint="fix seams with --where SEAM=V and the front end with --framework")
+    if plot_path is not None:
+        _check_plot_target(plot_path)
+    fixed = combos.parse_where(where)
+    todo = combos.combinations(where)
+    combos.check_options(framework, workload, jobs)
+    console = Console(stderr=True)
+    if as_json or not console.is_terminal:
+        doc = combos.sweep(todo, framework=framework, workload=workload, spec=spec, seed=seed,
+                           jobs=jobs, debug=debug, where=fixed)
+    else:
+        progress = _progress(console)
+        with progress:
+            task = progress.add_task("running seam combinations", total=len(todo))
+
+            def on_done(n, total, row):
+                seams = "/".join(row.seams[s] for s in combos.SEAMS)
+                progress.update(task, completed=n, total=total, refresh=True,
+                                description=escape(f"done {seams}"))
+            doc = combos.sweep(todo, framework=framework, workload=workload, spec=spec, seed=seed,
+                               jobs=jobs, debug=debug, where=fixed, on_done=on_done)
+    if plot_path is not None:
+        combos.plot(doc, plot_path)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, default=str))
+    else:
+        combos.render(doc, Console())
+    bad = [r for r in doc["rows"] if r["status"] != "ok"]
+    if bad:
+        what = "; ".join(f"{'/'.join(r['seams'][s] for s in combos.SEAMS)}: "
+                         f"{r['error'] or 'numerics outside tolerance'}" for r in bad[:5])
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        raise FornaxError(f"{len(bad)} of {len(doc['rows'])} combinations failed — {what}{more}")
+
+
 @click.command("compare")
 @click.option("--vendors", default=None, metavar="V,V,...",
               help=f"Vendor families to compare, every seam from one family (default "
@@ -78,10 +130,31 @@ def _run(cols, debug: bool, show_progress: bool) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print only the fornax.compare/1 document on stdout.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Also write bar charts of the metrics to FILE.png (needs the plot extra: matplotlib).")
+@click.option("--all-combos", "all_combos", is_flag=True,
+              help="Run the workload over every seam combination of the runnable families (3^5), "
+                   "in worker processes; excludes --vendors, --stack, --frameworks.")
+@click.option("--where", "where", multiple=True, metavar="SEAM=V",
+              help="With --all-combos: only the combinations with seam SEAM from family V (repeatable).")
+@click.option("--framework", default=None, metavar="NAME",
+              help="With --all-combos: the front end, graph (default), torch or jax.")
+@click.option("--jobs", type=int, default=None, metavar="N",
+              help="With --all-combos: worker processes (default: one per CPU).")
 @debug_option
 @handle_errors
-def compare_cmd(vendors, frameworks, stacks, workload, spec, seed, as_json, plot_path, debug):
+def compare_cmd(vendors, frameworks, stacks, workload, spec, seed, as_json, plot_path, all_combos,
+                where, framework, jobs, debug):
     """Run one workload on a matrix of stacks and show them side by side."""
+    if all_combos:
+        conflicting = [name for name, given in (("--vendors", vendors), ("--stack", stacks),
+                                                ("--frameworks", frameworks)) if given]
+        _all_combos(where, framework or "graph", workload, spec, seed, jobs, as_json, plot_path,
+                    debug, conflicting)
+        return
+    extra = [name for name, given in (("--where", where), ("--framework", framework),
+                                      ("--jobs", jobs is not None)) if given]
+    if extra:
+        raise ConfigError(f"{', '.join(extra)} only go with --all-combos",
+                          hint="use --vendors / --frameworks for a matrix of stacks")
     if plot_path is not None:
         _check_plot_target(plot_path)
     cols = cmp.columns(workload, vendors=None if vendors is None else [vendors],

@@ -1,0 +1,342 @@
+"""One workload over every seam combination of the runnable families: ``fornax compare --all-combos``.
+
+A *combination* picks a family for each of the five seams (:data:`fornax.layers.vendor.SEAMS`);
+over the runnable families (:func:`fornax.stack.runnable_vendors`) there are 3^5 = 243 of
+them, or the subset that repeated ``--where SEAM=V`` fixes (:func:`combinations`).  Each one
+is a ``fornax compose`` run (:func:`fornax.compare.prepare` + :func:`fornax.compare.execute`)
+and, beside it, the same config composed with ``translate = False`` to record whether strict
+mode (``--no-translate``) refuses it.
+
+:func:`sweep` runs the combinations in parallel worker processes
+(:class:`concurrent.futures.ProcessPoolExecutor`) and returns the ``fornax.combos/1``
+document: per combination (:class:`Row`) the seams, the path that carried each crossing
+between two families (``native`` when there is none), the strict-mode verdict, device time
+and host wall, numerics, error, and the *overhead*: its device time over that of the native
+stack of its driver's family (every seam from the driver's family; run as well when the
+subset leaves it out)::
+
+    from fornax.compare_combos import combinations, sweep
+    doc = sweep(combinations(["driver=cuda-like", "runtime=cuda-like"]), spec="tiny", jobs=2)
+    [(r["path"], r["overhead"]) for r in doc["rows"]]
+
+:func:`render` prints the table and its summary line, :func:`plot` draws the overheads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
+
+from .compare import FRAMEWORKS, execute, max_rel_err, prepare, resolve_workload
+from .layers.errors import ConfigError, FornaxError
+from .layers.vendor import SEAMS
+from .stack import make_config, runnable_vendors
+
+SCHEMA = "fornax.combos/1"
+#: the path of a combination whose five seams are one family
+NATIVE = "native"
+
+
+class Seams(TypedDict):
+    """One family per seam."""
+
+    framework: str
+    compiler: str
+    library: str
+    runtime: str
+    driver: str
+
+
+# ---- which combinations --------------------------------------------------------------------------
+def parse_where(items: Iterable[str]) -> dict[str, str]:
+    """``--where SEAM=V`` items as ``{seam: family}``; a malformed item, an unknown seam or
+    family, or one seam fixed to two families is a :class:`ConfigError`."""
+    families = runnable_vendors()
+    fixed: dict[str, str] = {}
+    for item in items:
+        seam, sep, family = str(item).partition("=")
+        seam, family = seam.strip(), family.strip()
+        if not sep or not seam or not family:
+            raise ConfigError(f"--where takes SEAM=VENDOR, got {item!r}", hint=f"seams: {', '.join(SEAMS)}")
+        if seam not in SEAMS:
+            raise ConfigError(f"unknown seam {seam!r} in --where; valid seams: {', '.join(SEAMS)}")
+        if family not in families:
+            raise ConfigError(f"unknown vendor {family!r} in --where {seam}={family}; valid vendors: "
+                              f"{', '.join(families)}")
+        if fixed.get(seam, family) != family:
+            raise ConfigError(f"--where fixes seam {seam} twice ({fixed[seam]} and {family})")
+        fixed[seam] = family
+    return fixed
+
+
+def combinations(where: Iterable[str] = ()) -> list[dict[str, str]]:
+    """Every combination of the runnable families over the five seams, in sorted order, with
+    the seams ``--where SEAM=V`` fixes held to their family."""
+    fixed = parse_where(where)
+    families = runnable_vendors()
+    choices = [[fixed[s]] if s in fixed else families for s in SEAMS]
+    return [dict(zip(SEAMS, pick)) for pick in itertools.product(*choices)]
+
+
+def native_of(seams: dict[str, str]) -> dict[str, str]:
+    """The native stack of a combination's driver family: every seam from that family."""
+    return dict.fromkeys(SEAMS, seams["driver"])
+
+
+def sort_key(seams: dict[str, str]) -> tuple[str, ...]:
+    """Rows sort by their families in seam order (framework first, driver last)."""
+    return tuple(seams[s] for s in SEAMS)
+
+
+# ---- one combination (runs in a worker process) --------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """What a worker needs to run one combination (picklable)."""
+
+    seams: tuple[tuple[str, str], ...]
+    framework: str
+    workload: str | None
+    spec: str | None
+    seed: int | None
+    debug: bool = False
+
+
+@dataclass
+class Row:
+    """One combination's outcome: a row of the table and of the JSON document."""
+
+    seams: dict[str, str]
+    path: str                        # "native", or "mechanism name; ..." per crossing
+    mechanisms: list[str]            # the crossings' mechanisms, in crossing order
+    crossings: list[dict[str, str]]  # negotiation.crossings of the composed stack
+    strict: str                      # "runs" or "refused" with translate = false
+    strict_error: str | None
+    status: str                      # ok, error, numerics
+    device_time_s: float | None
+    host_wall_s: float | None
+    numerics_ok: bool | None
+    max_rel_err: float | None
+    error: str | None
+    overhead: float | None = None    # device time / that of the driver family's native stack
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def path_of(crossings: list[dict[str, str]]) -> str:
+    """A combination's path in words: ``native``, or each crossing's mechanism and name."""
+    if not crossings:
+        return NATIVE
+    return "; ".join(f"{c['mechanism']} {c['name']}" for c in crossings)
+
+
+def _strict(job: Job) -> str | None:
+    """None when the combination composes with translate = false, else the refusal."""
+    cfg = make_config(seams=dict(job.seams), spec=job.spec, seed=job.seed, translate=False)
+    try:
+        prepare(cfg, job.framework, job.workload, origin="fornax compare --all-combos (strict)")
+    except FornaxError as exc:
+        return str(exc)
+    return None
+
+
+def run_job(job: Job) -> Row:
+    """Compose and run one combination (as ``fornax compose`` would) and compose it strictly.
+    A fornax error while composing or running is the row's ``error``; with ``debug`` it, or
+    any other exception, propagates instead."""
+    seams = dict(job.seams)
+    crossings: list[dict[str, str]] = []
+    device = wall = rel = None
+    nums_ok: bool | None = None
+    error: str | None = None
+    try:
+        cfg = make_config(seams=seams, spec=job.spec, seed=job.seed)
+        prep = prepare(cfg, job.framework, job.workload, origin="fornax compare --all-combos")
+        crossings = list(prep.stack.negotiation.get("crossings", []))
+        out = execute(prep, debug=job.debug)
+        rep = out.report
+        error = out.failed
+        nums_ok = out.numerics_ok
+        if error is None:
+            device, wall = rep["costs"]["device_time_s"], rep["costs"]["host_wall_s"]
+            rel = max_rel_err(rep)
+    except Exception as exc:          # a crash of one combination must not hide the other rows
+        if job.debug:
+            raise
+        error = str(exc) if isinstance(exc, FornaxError) else f"internal error: {type(exc).__name__}: {exc}"
+    strict_error = _strict(job)
+    status = "error" if error else ("ok" if nums_ok else "numerics")
+    return Row(seams, path_of(crossings), [c["mechanism"] for c in crossings], crossings,
+               "refused" if strict_error else "runs", strict_error, status, device, wall,
+               nums_ok, rel, error)
+
+
+#: the front-end modules a worker imports once before its first combination
+_FRONT_END_MODULES = {"torch": "fornax.frameworks.torch", "jax": "fornax.frameworks.jax"}
+
+
+def _init_worker(framework: str) -> None:
+    """Import the front end in each worker up front, so no combination's host wall pays it."""
+    module = _FRONT_END_MODULES.get(framework)
+    if module is not None:
+        import importlib
+        importlib.import_module(module)
+
+
+# ---- the sweep -----------------------------------------------------------------------------------
+def _run_all(jobs: list[Job], workers: int, on_done: Callable[[int, Row], None] | None) -> list[Row]:
+    """Every job's row, in the order of ``jobs``; ``on_done(n, row)`` as the n-th finishes."""
+    rows: list[Row | None] = [None] * len(jobs)
+    if workers <= 1:
+        _init_worker(jobs[0].framework)
+        for i, job in enumerate(jobs):
+            rows[i] = run_job(job)
+            if on_done is not None:
+                on_done(i + 1, rows[i])
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_init_worker,
+                                 initargs=(jobs[0].framework,)) as pool:
+            futures: dict[Future[Row], int] = {pool.submit(run_job, j): i for i, j in enumerate(jobs)}
+            for n, fut in enumerate(as_completed(futures), 1):
+                row = fut.result()
+                rows[futures[fut]] = row
+                if on_done is not None:
+                    on_done(n, row)
+    return [r for r in rows if r is not None]
+
+
+def summary(rows: list[Row]) -> dict[str, Any]:
+    """How many combinations ran natively, through each mechanism (a combination counts once
+    per mechanism it uses), were refused under strict mode, and failed."""
+    mechanisms: Counter[str] = Counter()
+    for r in rows:
+        mechanisms.update(set(r.mechanisms))
+    return {"combinations": len(rows), "native": sum(1 for r in rows if r.path == NATIVE),
+            "mechanisms": dict(sorted(mechanisms.items())),
+            "strict_refused": sum(1 for r in rows if r.strict == "refused"),
+            "failed": sum(1 for r in rows if r.status != "ok")}
+
+
+def check_options(framework: str, workload: str | None, jobs: int | None) -> None:
+    """The sweep's options checked before anything runs (a :class:`ConfigError` names the
+    first mistake)."""
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {framework!r}; available: {', '.join(FRAMEWORKS)}")
+    resolve_workload(framework, workload)
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs takes a positive number of worker processes, got {jobs}")
+
+
+def sweep(combos: list[dict[str, str]], *, framework: str = "graph", workload: str | None = None,
+          spec: str | None = None, seed: int | None = None, jobs: int | None = None,
+          debug: bool = False, where: dict[str, str] | None = None,
+          on_done: Callable[[int, int, Row], None] | None = None) -> dict[str, Any]:
+    """Run every combination of ``combos`` (plus the native stack of each driver family that
+    is not among them, for the overheads) in ``jobs`` worker processes (default: one per CPU)
+    and return the ``fornax.combos/1`` document, rows sorted by :func:`sort_key`.
+    ``on_done(n, total, row)`` is called in this process as the n-th run finishes."""
+    if not combos:
+        raise ConfigError("no seam combination to run")
+    check_options(framework, workload, jobs)
+    wl = resolve_workload(framework, workload)
+    asked = sorted(combos, key=sort_key)
+    keys = {sort_key(c) for c in asked}
+    extra = sorted({sort_key(native_of(c)) for c in asked} - keys)
+    todo = asked + [dict(zip(SEAMS, k)) for k in extra]
+    job_list = [Job(tuple((s, c[s]) for s in SEAMS), framework, wl.name, spec, seed, debug) for c in todo]
+    t0 = time.perf_counter()
+    done = None if on_done is None else (lambda n, row: on_done(n, len(job_list), row))
+    rows = _run_all(job_list, jobs or os.cpu_count() or 1, done)
+    elapsed = time.perf_counter() - t0
+    by_key = {sort_key(r.seams): r for r in rows}
+    shown = [by_key[sort_key(c)] for c in asked]
+    for r in shown:
+        base = by_key[sort_key(native_of(r.seams))]
+        if r.device_time_s is not None and base.device_time_s and base.status == "ok":
+            r.overhead = r.device_time_s / base.device_time_s
+    baselines = [{"driver": by_key[k].seams["driver"], "device_time_s": by_key[k].device_time_s,
+                  "status": by_key[k].status, "in_rows": k in keys}
+                 for k in sorted({sort_key(native_of(c)) for c in asked})]
+    return {"schema": SCHEMA, "workload": wl.name, "framework": framework, "spec": spec,
+            "seed": seed, "where": dict(where or {}), "jobs": jobs or os.cpu_count() or 1,
+            "elapsed_s": elapsed, "rows": [r.to_dict() for r in shown], "baselines": baselines,
+            "summary": summary(shown), "ok": all(r.status == "ok" for r in shown)}
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+def summary_line(doc: dict[str, Any]) -> str:
+    """The summary in one line: natives, per mechanism, strict refusals, failures."""
+    s = doc["summary"]
+    mech = ", ".join(f"{n} {m}" for m, n in s["mechanisms"].items()) or "none"
+    return (f"{s['combinations']} combinations: {s['native']} native; through a path: {mech}; "
+            f"{s['strict_refused']} refused under --no-translate; {s['failed']} failed")
+
+
+def _fmt_s(value: float | None) -> str:
+    from .report import fmt_time
+    return "—" if value is None else fmt_time(value)
+
+
+def render(doc: dict[str, Any], console: Any) -> None:
+    """The sweep as one rich table (a row per combination) and its summary line."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=escape(f"fornax compare --all-combos — {doc['workload']} ({doc['framework']})"),
+              caption="overhead: device time over the native stack of the driver's family; "
+                      "device time is simulated, host wall a separate clock")
+    for s in SEAMS:
+        t.add_column(s, no_wrap=True)
+    t.add_column("path", overflow="fold")
+    t.add_column("strict")
+    t.add_column("device time", justify="right")
+    t.add_column("host wall", justify="right")
+    t.add_column("overhead", justify="right")
+    t.add_column("numerics")
+    t.add_column("error", overflow="fold")
+    for r in doc["rows"]:
+        nums = {True: "[green]ok[/]", False: "[red]FAIL[/]", None: "—"}[r["numerics_ok"]]
+        t.add_row(*(r["seams"][s] for s in SEAMS), escape(r["path"]),
+                  "[yellow]refused[/]" if r["strict"] == "refused" else "runs",
+                  _fmt_s(r["device_time_s"]), _fmt_s(r["host_wall_s"]),
+                  "—" if r["overhead"] is None else f"{r['overhead']:.2f}x", nums,
+                  "[red]" + escape(r["error"]) + "[/]" if r["error"] else "")
+    console.print(t)
+    console.print(escape(summary_line(doc)))
+
+
+def plot(doc: dict[str, Any], path: str) -> None:
+    """A PNG bar chart of each combination's overhead (a bar per row, coloured by its path's
+    mechanisms; none for a failed run), with the native level at 1.0.  Needs matplotlib (the
+    ``plot`` extra); draws on its own Agg canvas.  A file that cannot be written is a
+    :class:`ConfigError`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows = doc["rows"]
+    kinds = [" + ".join(dict.fromkeys(r["mechanisms"])) or NATIVE for r in rows]
+    palette = {k: f"C{i % 10}" for i, k in enumerate(dict.fromkeys(sorted(kinds)))}
+    labels = ["/".join(r["seams"][s].split("-")[0] for s in SEAMS) for r in rows]
+    xs = list(range(len(rows)))
+    fig = Figure(figsize=(max(6.0, 0.22 * len(rows) + 2.0), 5.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.bar(xs, [r["overhead"] if r["overhead"] is not None else float("nan") for r in rows],
+           color=[palette[k] for k in kinds])
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_ylabel("device time / native stack of the driver's family")
+    ax.set_xticks(xs, labels, rotation=90, fontsize="x-small")
+    ax.set_xlabel("framework/compiler/library/runtime/driver")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in palette.items()], fontsize="small")
+    fig.suptitle(f"fornax compare --all-combos — workload {doc['workload']} ({doc['framework']})")
+    try:
+        fig.savefig(path, format="png", dpi=100)
+    except OSError as exc:
+        raise ConfigError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
