@@ -196,9 +196,10 @@ def _run_all(jobs: list[Job], workers: int, on_done: Callable[[int, Row], None] 
     if workers <= 1:
         _init_worker(jobs[0].framework)
         for i, job in enumerate(jobs):
-            rows[i] = run_job(job)
+            row = run_job(job)
+            rows[i] = row
             if on_done is not None:
-                on_done(i + 1, rows[i])
+                on_done(i + 1, row)
     else:
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_init_worker,
                                  initargs=(jobs[0].framework,)) as pool:
