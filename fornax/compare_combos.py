@@ -312,30 +312,65 @@ def render(doc: dict[str, Any], console: Any) -> None:
     console.print(escape(summary_line(doc)))
 
 
+#: more combinations than this are drawn without a label per bar, sorted by overhead
+_LABELLED_BARS = 60
+
+
 def plot(doc: dict[str, Any], path: str) -> None:
-    """A PNG bar chart of each combination's overhead (a bar per row, coloured by its path's
-    mechanisms; none for a failed run), with the native level at 1.0.  Needs matplotlib (the
-    ``plot`` extra); draws on its own Agg canvas.  A file that cannot be written is a
-    :class:`ConfigError`."""
+    """A PNG of the overheads: on top, per path mechanism (and ``native``) the mean overhead
+    of the combinations using it, with their range and count; below, a bar per combination,
+    coloured by its path's mechanisms (by the compiler's path alone when more than ten
+    mixes occur; none for a failed run) — labelled with its families
+    for up to 60 combinations, sorted by overhead beyond that — and the native level at 1.0.
+    Needs matplotlib (the ``plot`` extra); draws on its own Agg canvas.  A file that cannot
+    be written is a :class:`ConfigError`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     rows = doc["rows"]
     kinds = [" + ".join(dict.fromkeys(r["mechanisms"])) or NATIVE for r in rows]
+    if len(set(kinds)) > 10:      # too many to tell apart: colour by the compiler's path alone
+        kinds = [next((f"compiler: {c['mechanism']}" for c in r["crossings"]
+                       if c["boundary"] == "compiler/driver"), "compiler: same family") for r in rows]
     palette = {k: f"C{i % 10}" for i, k in enumerate(dict.fromkeys(sorted(kinds)))}
-    labels = ["/".join(r["seams"][s].split("-")[0] for s in SEAMS) for r in rows]
-    xs = list(range(len(rows)))
-    fig = Figure(figsize=(max(6.0, 0.22 * len(rows) + 2.0), 5.5), layout="constrained")
+    labelled = len(rows) <= _LABELLED_BARS
+    order = list(range(len(rows))) if labelled else sorted(
+        range(len(rows)), key=lambda i: (rows[i]["overhead"] is None, rows[i]["overhead"] or 0.0))
+    fig = Figure(figsize=(max(8.0, 0.25 * len(rows) + 2.0) if labelled else 12.0, 9.0),
+                 layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    ax.bar(xs, [r["overhead"] if r["overhead"] is not None else float("nan") for r in rows],
-           color=[palette[k] for k in kinds])
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_ylabel("device time / native stack of the driver's family")
-    ax.set_xticks(xs, labels, rotation=90, fontsize="x-small")
-    ax.set_xlabel("framework/compiler/library/runtime/driver")
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in palette.items()], fontsize="small")
+    top, bottom = fig.subplots(2, 1, height_ratios=(1, 1.4))
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        for m in (dict.fromkeys(r["mechanisms"]) or [NATIVE]):
+            if r["overhead"] is not None:
+                groups.setdefault(m, []).append(r["overhead"])
+    names = sorted(groups, key=lambda m: (m != NATIVE, m))
+    means = [sum(groups[m]) / len(groups[m]) for m in names]
+    lows = [mean - min(groups[m]) for m, mean in zip(names, means)]
+    highs = [max(groups[m]) - mean for m, mean in zip(names, means)]
+    top.bar(range(len(names)), means, yerr=[lows, highs], capsize=4, color="C0")
+    top.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    top.set_xticks(range(len(names)), [f"{m}\n{len(groups[m])} combinations" for m in names],
+                   fontsize="small")
+    top.set_title("mean overhead of the combinations using each mechanism (bars: min to max)",
+                  fontsize="medium")
+    top.set_ylabel("overhead")
+    xs = list(range(len(order)))
+    bottom.bar(xs, [rows[i]["overhead"] if rows[i]["overhead"] is not None else float("nan") for i in order],
+               color=[palette[kinds[i]] for i in order])
+    bottom.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    bottom.set_ylabel("device time / native stack of the driver's family")
+    if labelled:
+        labels = ["/".join(rows[i]["seams"][s].split("-")[0] for s in SEAMS) for i in order]
+        bottom.set_xticks(xs, labels, rotation=90, fontsize="x-small")
+        bottom.set_xlabel("framework/compiler/library/runtime/driver")
+    else:
+        bottom.set_xticks([])
+        bottom.set_xlabel(f"{len(rows)} combinations, sorted by overhead")
+    bottom.legend(handles=[Patch(color=c, label=k) for k, c in palette.items()], fontsize="x-small",
+                  loc="lower right")
     fig.suptitle(f"fornax compare --all-combos — workload {doc['workload']} ({doc['framework']})")
     try:
         fig.savefig(path, format="png", dpi=100)
