@@ -280,8 +280,18 @@ def summary_line(doc: dict[str, Any]) -> str:
 
 
 def _fmt_s(value: float | None) -> str:
-    from .report import fmt_time
-    return "—" if value is None else fmt_time(value)
+    """Seconds in a narrow column: three significant figures in s, ms or µs."""
+    if value is None:
+        return "—"
+    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if value >= factor or unit == "µs":
+            return f"{value / factor:.3g} {unit}"
+    return f"{value} s"
+
+
+def short(family: str) -> str:
+    """A family's name in a narrow column: without its ``-like`` suffix."""
+    return family.removesuffix("-like")
 
 
 def render(doc: dict[str, Any], console: Any) -> None:
@@ -289,25 +299,31 @@ def render(doc: dict[str, Any], console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    rows = doc["rows"]
     t = Table(title=escape(f"fornax compare --all-combos — {doc['workload']} ({doc['framework']})"),
-              caption="overhead: device time over the native stack of the driver's family; "
-                      "device time is simulated, host wall a separate clock")
-    for s in SEAMS:
-        t.add_column(s, no_wrap=True)
-    t.add_column("path", overflow="fold")
-    t.add_column("strict")
-    t.add_column("device time", justify="right")
-    t.add_column("host wall", justify="right")
-    t.add_column("overhead", justify="right")
-    t.add_column("numerics")
-    t.add_column("error", overflow="fold")
-    for r in doc["rows"]:
+              caption="stack: the families of " + "/".join(SEAMS) + ", then the path: native, or each "
+                      "crossing's mechanism and name; strict: under --no-translate; "
+                      "device: simulated device time; wall: host wall time (a separate clock); "
+                      "overhead: device time over the native stack of the driver's family; "
+                      "num.: numerics")
+    t.add_column("stack, and its path", overflow="fold")
+    t.add_column("strict", no_wrap=True)
+    t.add_column("device", justify="right", no_wrap=True)
+    t.add_column("wall", justify="right", no_wrap=True)
+    t.add_column("overhead", justify="right", no_wrap=True)
+    t.add_column("num.", no_wrap=True)
+    errors = any(r["error"] for r in rows)
+    if errors:
+        t.add_column("error", overflow="fold", ratio=1)
+    for i, r in enumerate(rows):
         nums = {True: "[green]ok[/]", False: "[red]FAIL[/]", None: "—"}[r["numerics_ok"]]
-        t.add_row(*(r["seams"][s] for s in SEAMS), escape(r["path"]),
-                  "[yellow]refused[/]" if r["strict"] == "refused" else "runs",
-                  _fmt_s(r["device_time_s"]), _fmt_s(r["host_wall_s"]),
-                  "—" if r["overhead"] is None else f"{r['overhead']:.2f}x", nums,
-                  "[red]" + escape(r["error"]) + "[/]" if r["error"] else "")
+        cells = ["/".join(short(r["seams"][s]) for s in SEAMS) + "\n[dim]" + escape(r["path"].replace("; ", "\n")) + "[/]",
+                 "[yellow]refused[/]" if r["strict"] == "refused" else "runs",
+                 _fmt_s(r["device_time_s"]), _fmt_s(r["host_wall_s"]),
+                 "—" if r["overhead"] is None else f"{r['overhead']:.2f}x", nums]
+        if errors:
+            cells.append("[red]" + escape(r["error"]) + "[/]" if r["error"] else "")
+        t.add_row(*cells, end_section=i < len(rows) - 1)
     console.print(t)
     console.print(escape(summary_line(doc)))
 
@@ -363,7 +379,7 @@ def plot(doc: dict[str, Any], path: str) -> None:
     bottom.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     bottom.set_ylabel("device time / native stack of the driver's family")
     if labelled:
-        labels = ["/".join(rows[i]["seams"][s].split("-")[0] for s in SEAMS) for i in order]
+        labels = ["/".join(short(rows[i]["seams"][s]) for s in SEAMS) for i in order]
         bottom.set_xticks(xs, labels, rotation=90, fontsize="x-small")
         bottom.set_xlabel("framework/compiler/library/runtime/driver")
     else:
