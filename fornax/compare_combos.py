@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from .compare import FRAMEWORKS, execute, max_rel_err, prepare, resolve_workload
 from .layers.errors import ConfigError, FornaxError
@@ -41,16 +41,6 @@ from .stack import make_config, runnable_vendors
 SCHEMA = "fornax.combos/1"
 #: the path of a combination whose five seams are one family
 NATIVE = "native"
-
-
-class Seams(TypedDict):
-    """One family per seam."""
-
-    framework: str
-    compiler: str
-    library: str
-    runtime: str
-    driver: str
 
 
 # ---- which combinations --------------------------------------------------------------------------
