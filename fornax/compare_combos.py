@@ -25,6 +25,7 @@ subset leaves it out)::
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import time
 from collections import Counter
@@ -191,8 +192,11 @@ def _run_all(jobs: list[Job], workers: int, on_done: Callable[[int, Row], None] 
             if on_done is not None:
                 on_done(i + 1, row)
     else:
+        # fresh interpreters ("spawn"), never fork: the parent may hold JAX's and PyTorch's
+        # threads, and a forked child of a multithreaded process can deadlock
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_init_worker,
-                                 initargs=(jobs[0].framework,)) as pool:
+                                 initargs=(jobs[0].framework,),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
             futures: dict[Future[Row], int] = {pool.submit(run_job, j): i for i, j in enumerate(jobs)}
             for n, fut in enumerate(as_completed(futures), 1):
                 row = fut.result()
