@@ -268,7 +268,11 @@ class CompilerBase:
     def emit(self, programs: list[Program], target: Target) -> KernelBinary:
         """Pack the generated kernels into the negotiated format for the target."""
         producer = f"{self.vendor} {self.facts['compiler']['name']}"
-        encode = self.encoders[target.format]
+        encode = self.encoders.get(target.format)
+        if encode is None:
+            raise CompileError(f"the {self.vendor} compiler cannot emit {target.format} (it emits "
+                               f"{', '.join(self.encoders)})", seam="compiler", vendor=self.vendor,
+                               op="emit", hint="ask for one of its output formats")
         return encode(programs, target.arch, producer)
 
     # -- shared --------------------------------------------------------------------

@@ -29,8 +29,8 @@ from typing import Any, Callable
 from ..sim.faults import InvalidProgram
 from ..sim.isa import Program
 from .binary import ContainerError, Encoder, KernelBinary
-from .compiler import CompiledGraph, CompileOptions, Compiler, Target
-from .errors import BinaryError, ConfigError, FornaxError
+from .compiler import CompiledGraph, CompileOptions, Compiler, ProgramEmitter, Target
+from .errors import BinaryError, CompileError, ConfigError, FornaxError
 from .graph import Graph
 from .portability import declared_tables
 
@@ -224,8 +224,26 @@ class TranslatingCompiler:
     def source_target(self, target: Target) -> Target:
         return Target(self.source_arch, self.translator.from_format, target.compute_units)
 
+    def _check_format(self, target: Target) -> None:
+        if target.format != self.translator.to_format:
+            raise CompileError(f"this {self.inner.vendor} compiler reaches the driver through "
+                               f"{self.translator.path.name} and emits {self.translator.to_format} only, "
+                               f"not {target.format}", seam="compiler", vendor=self.inner.vendor,
+                               hint=f"ask for {self.translator.to_format}")
+
+    def emit(self, programs: list[Program], target: Target) -> KernelBinary:
+        """``programs`` packed in the source format for the source arch, then carried across by
+        the path, as a compiled plan's binary is (what the driver suite loads)."""
+        self._check_format(target)
+        if not isinstance(self.inner, ProgramEmitter):
+            raise CompileError(f"the {self.inner.vendor} compiler cannot pack hand-written programs",
+                               seam="compiler", vendor=self.inner.vendor)
+        src = self.inner.emit(programs, self.source_target(target))
+        return self.translator.translate(src, target.arch)
+
     def compile(self, graph: Graph, target: Target, library_routines: frozenset[str] = frozenset(),
                 options: CompileOptions | None = None) -> CompiledGraph:
+        self._check_format(target)
         plan = self.inner.compile(graph, self.source_target(target), library_routines, options)
         if plan.binary is None:
             return plan
