@@ -322,9 +322,9 @@ def _crossings(config: StackConfig, vendors: dict[str, Vendor], translator: Tran
     for upper, lower, table, key in (("framework", "runtime", "framework", "runtime"),
                                      ("runtime", "driver", "runtime", "driver")):
         if fam[upper] != fam[lower]:
-            v = vendors[upper]
-            out.append(declared_layer(v.facts, v.name, table, key, fam[lower])
-                       or generic(f"{upper}/{lower}", fam[upper], fam[lower]))
+            v, boundary = vendors[upper], f"{upper}/{lower}"
+            out.append(declared_layer(v.facts, v.name, table, key, fam[lower], boundary)
+                       or generic(boundary, fam[upper], fam[lower]))
     if translator is not None:
         p = translator.translator.path
         out.append(Crossing("compiler/driver", fam["compiler"], fam["driver"], p.mechanism, p.name,

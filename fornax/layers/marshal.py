@@ -21,7 +21,7 @@ which the report shows apart from device time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,17 @@ def marshal_paths(facts: dict[str, Any], vendor: str) -> list[MarshalPath]:
     return out
 
 
+def _forwarded(routine: str) -> Callable[..., CallRecord]:
+    """A method that counts one forwarded call and runs ``routine`` on the backend library."""
+    def forward(self: MarshallingLibrary, *args: Any, **kwargs: Any) -> CallRecord:
+        self._count()
+        record: CallRecord = getattr(self.backend, routine)(*args, **kwargs)
+        return record
+    forward.__name__ = forward.__qualname__ = routine
+    forward.__doc__ = f"``{routine}`` of the backend library, counted as one forwarded call."
+    return forward
+
+
 class MarshallingLibrary:
     """The library seam of ``path.front`` forwarding every routine to ``backend``."""
 
@@ -85,65 +96,24 @@ class MarshallingLibrary:
     def ops(self) -> frozenset[str]:
         return self.backend.ops()
 
-    def _forwarded(self) -> None:
+    def _count(self) -> None:
         self.forwarded += 1
         self.marshal_s += self.path.per_call_s
 
-    def gemm(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.gemm(*args, **kwargs)
-
-    def conv2d_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.conv2d_fwd(*args, **kwargs)
-
-    def conv2d_bwd_data(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.conv2d_bwd_data(*args, **kwargs)
-
-    def conv2d_bwd_weights(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.conv2d_bwd_weights(*args, **kwargs)
-
-    def attention_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.attention_fwd(*args, **kwargs)
-
-    def attention_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.attention_bwd(*args, **kwargs)
-
-    def layer_norm_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.layer_norm_fwd(*args, **kwargs)
-
-    def layer_norm_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.layer_norm_bwd(*args, **kwargs)
-
-    def rms_norm_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.rms_norm_fwd(*args, **kwargs)
-
-    def rms_norm_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.rms_norm_bwd(*args, **kwargs)
-
-    def softmax_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.softmax_fwd(*args, **kwargs)
-
-    def softmax_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.softmax_bwd(*args, **kwargs)
-
-    def pool2d_fwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.pool2d_fwd(*args, **kwargs)
-
-    def pool2d_bwd(self, *args: Any, **kwargs: Any) -> CallRecord:
-        self._forwarded()
-        return self.backend.pool2d_bwd(*args, **kwargs)
+    gemm = _forwarded("gemm")
+    conv2d_fwd = _forwarded("conv2d_fwd")
+    conv2d_bwd_data = _forwarded("conv2d_bwd_data")
+    conv2d_bwd_weights = _forwarded("conv2d_bwd_weights")
+    attention_fwd = _forwarded("attention_fwd")
+    attention_bwd = _forwarded("attention_bwd")
+    layer_norm_fwd = _forwarded("layer_norm_fwd")
+    layer_norm_bwd = _forwarded("layer_norm_bwd")
+    rms_norm_fwd = _forwarded("rms_norm_fwd")
+    rms_norm_bwd = _forwarded("rms_norm_bwd")
+    softmax_fwd = _forwarded("softmax_fwd")
+    softmax_bwd = _forwarded("softmax_bwd")
+    pool2d_fwd = _forwarded("pool2d_fwd")
+    pool2d_bwd = _forwarded("pool2d_bwd")
 
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:

@@ -65,9 +65,10 @@ def declared_tables(raw: Any, vendor: str, table: str, keys: set[str]) -> list[d
     return raw
 
 
-def declared_layer(facts: dict[str, Any], vendor: str, table: str, key: str,
-                   lower: str) -> Crossing | None:
-    """The ``[[portability.<table>]]`` entry of ``vendor`` whose ``key`` names ``lower``."""
+def declared_layer(facts: dict[str, Any], vendor: str, table: str, key: str, lower: str,
+                   boundary: str) -> Crossing | None:
+    """The ``[[portability.<table>]]`` entry of ``vendor`` whose ``key`` names ``lower``, as the
+    crossing of ``boundary``."""
     portability = facts.get("portability", {})
     raw = portability.get(table, []) if isinstance(portability, dict) else []
     for i, t in enumerate(declared_tables(raw, vendor, f"portability.{table}", {key, "name", "real_name"})):
@@ -75,7 +76,6 @@ def declared_layer(facts: dict[str, Any], vendor: str, table: str, key: str,
             raise ConfigError(f"{vendor} vendor.toml: portability.{table}[{i}] needs {key} = a "
                               "vendor family", vendor=vendor)
         if t[key] == lower:
-            boundary = "framework/runtime" if table == "framework" else "runtime/driver"
             return Crossing(boundary, vendor, lower, "layer", str(t.get("name", f"{vendor} over {lower}")),
                             str(t.get("real_name", "")), vendor)
     return None
