@@ -5,7 +5,9 @@ over the runnable families (:func:`fornax.stack.runnable_vendors`) there are 3^5
 them, or the subset that repeated ``--where SEAM=V`` fixes (:func:`combinations`).  Each one
 is a ``fornax compose`` run (:func:`fornax.compare.prepare` + :func:`fornax.compare.execute`)
 and, beside it, the same config composed with ``translate = False`` to record whether strict
-mode (``--no-translate``) refuses it.
+mode (``--no-translate``) refuses it.  With ``all_paths`` every combination whose crossings
+declare other paths (``alternatives`` in its crossings) runs again through each of them, as
+``--path NAME`` would, so the paths of one combination can be compared row by row.
 
 :func:`sweep` runs the combinations in parallel worker processes
 (:class:`concurrent.futures.ProcessPoolExecutor`) and returns the ``fornax.combos/1``
@@ -13,7 +15,8 @@ document: per combination (:class:`Row`) the seams, the path that carried each c
 between two families (``native`` when there is none), the strict-mode verdict, device time
 and host wall, numerics, error, and the *overhead*: its device time over that of the native
 stack of its driver's family (every seam from the driver's family; run as well when the
-subset leaves it out)::
+subset leaves it out), and the *first-run overhead*, which adds the simulated module-load time
+(the driver's JIT or IL build plus any translation at load) to both sides::
 
     from fornax.compare_combos import combinations, sweep
     doc = sweep(combinations(["driver=cuda-like", "runtime=cuda-like"]), spec="tiny", jobs=2)
@@ -31,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .compare import FRAMEWORKS, execute, max_rel_err, prepare, resolve_workload
@@ -96,6 +99,7 @@ class Job:
     spec: str | None
     seed: int | None
     debug: bool = False
+    paths: tuple[str, ...] = ()      # --path names (ignored where they carry no crossing)
 
 
 @dataclass
@@ -115,6 +119,9 @@ class Row:
     max_rel_err: float | None
     error: str | None
     overhead: float | None = None    # device time / that of the driver family's native stack
+    load_s: float | None = None      # simulated module load: JIT / IL build + translation
+    first_run_overhead: float | None = None   # (device + load) / the native stack's
+    paths: list[str] = field(default_factory=list)   # the --path names this row was run with
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +132,13 @@ def path_of(crossings: list[dict[str, str]]) -> str:
     if not crossings:
         return NATIVE
     return "; ".join(f"{c['mechanism']} {c['name']}" for c in crossings)
+
+
+def alternatives(row: Row) -> list[str]:
+    """The paths a combination's crossings declare besides the ones that carried it, in
+    crossing order (each once): what ``--path NAME`` could pick instead."""
+    taken = {c["name"] for c in row.crossings}
+    return list(dict.fromkeys(a for c in row.crossings for a in c.get("alternatives", ()) if a not in taken))
 
 
 def _strict(job: Job) -> str | None:
@@ -143,11 +157,12 @@ def run_job(job: Job) -> Row:
     any other exception, propagates instead."""
     seams = dict(job.seams)
     crossings: list[dict[str, str]] = []
-    device = wall = rel = None
+    device = wall = rel = load = None
     nums_ok: bool | None = None
     error: str | None = None
     try:
-        cfg = make_config(seams=seams, spec=job.spec, seed=job.seed)
+        cfg = make_config(seams=seams, spec=job.spec, seed=job.seed, paths=job.paths)
+        cfg.paths_strict = False
         prep = prepare(cfg, job.framework, job.workload, origin="fornax compare --all-combos")
         crossings = list(prep.stack.negotiation.get("crossings", []))
         out = execute(prep, debug=job.debug)
@@ -156,6 +171,7 @@ def run_job(job: Job) -> Row:
         nums_ok = out.numerics_ok
         if error is None:
             device, wall = rep["costs"]["device_time_s"], rep["costs"]["host_wall_s"]
+            load = rep["costs"]["module_build_s"] + rep["costs"]["translate_s"]
             rel = max_rel_err(rep)
     except Exception as exc:          # a crash of one combination must not hide the other rows
         if job.debug:
@@ -165,7 +181,7 @@ def run_job(job: Job) -> Row:
     status = "error" if error else ("ok" if nums_ok else "numerics")
     return Row(seams, path_of(crossings), [c["mechanism"] for c in crossings], crossings,
                "refused" if strict_error else "runs", strict_error, status, device, wall,
-               nums_ok, rel, error)
+               nums_ok, rel, error, load_s=load, paths=list(job.paths))
 
 
 #: the front-end modules a worker imports once before its first combination
@@ -210,11 +226,13 @@ def summary(rows: list[Row]) -> dict[str, Any]:
     """How many combinations ran natively, through each mechanism (a combination counts once
     per mechanism it uses), were refused under strict mode, and failed."""
     mechanisms: Counter[str] = Counter()
-    for r in rows:
+    default = [r for r in rows if not r.paths]     # one row per combination: its default path
+    for r in default:
         mechanisms.update(set(r.mechanisms))
-    return {"combinations": len(rows), "native": sum(1 for r in rows if r.path == NATIVE),
+    return {"combinations": len(default), "path_rows": len(rows) - len(default),
+            "native": sum(1 for r in default if r.path == NATIVE),
             "mechanisms": dict(sorted(mechanisms.items())),
-            "strict_refused": sum(1 for r in rows if r.strict == "refused"),
+            "strict_refused": sum(1 for r in default if r.strict == "refused"),
             "failed": sum(1 for r in rows if r.status != "ok")}
 
 
@@ -230,12 +248,14 @@ def check_options(framework: str, workload: str | None, jobs: int | None) -> Non
 
 def sweep(combos: list[dict[str, str]], *, framework: str = "graph", workload: str | None = None,
           spec: str | None = None, seed: int | None = None, jobs: int | None = None,
-          debug: bool = False, where: dict[str, str] | None = None,
+          debug: bool = False, where: dict[str, str] | None = None, all_paths: bool = False,
           on_done: Callable[[int, int, Row], None] | None = None) -> dict[str, Any]:
     """Run every combination of ``combos`` (plus the native stack of each driver family that
     is not among them, for the overheads) in ``jobs`` worker processes (default: one per CPU)
-    and return the ``fornax.combos/1`` document, rows sorted by :func:`sort_key`.
-    ``on_done(n, total, row)`` is called in this process as the n-th run finishes."""
+    and return the ``fornax.combos/1`` document, rows sorted by :func:`sort_key`.  With
+    ``all_paths``, then each combination again through every other path its crossings declare
+    (a row each, right after the default's).  ``on_done(n, total, row)`` is called in this
+    process as the n-th run finishes (``total`` grows when the second round starts)."""
     if not combos:
         raise ConfigError("no seam combination to run")
     check_options(framework, workload, jobs)
@@ -246,20 +266,36 @@ def sweep(combos: list[dict[str, str]], *, framework: str = "graph", workload: s
     todo = asked + [dict(zip(SEAMS, k)) for k in extra]
     job_list = [Job(tuple((s, c[s]) for s in SEAMS), framework, wl.name, spec, seed, debug) for c in todo]
     t0 = time.perf_counter()
+    workers = jobs or os.cpu_count() or 1
     done = None if on_done is None else (lambda n, row: on_done(n, len(job_list), row))
-    rows = _run_all(job_list, jobs or os.cpu_count() or 1, done)
-    elapsed = time.perf_counter() - t0
+    rows = _run_all(job_list, workers, done)
     by_key = {sort_key(r.seams): r for r in rows}
     shown = [by_key[sort_key(c)] for c in asked]
+    if all_paths:
+        more = [Job(j.seams, j.framework, j.workload, j.spec, j.seed, j.debug, (alt,))
+                for r, j in zip(rows, job_list) if sort_key(r.seams) in keys
+                for alt in alternatives(r)]
+        if more:
+            first = len(job_list)
+            step = None if on_done is None else (lambda n, row: on_done(first + n, first + len(more), row))
+            extra_rows = _run_all(more, workers, step)
+            by_combo: dict[tuple[str, ...], list[Row]] = {}
+            for r in extra_rows:
+                by_combo.setdefault(sort_key(r.seams), []).append(r)
+            shown = [x for r in shown for x in [r, *by_combo.get(sort_key(r.seams), [])]]
+    elapsed = time.perf_counter() - t0
     for r in shown:
         base = by_key[sort_key(native_of(r.seams))]
         if r.device_time_s is not None and base.device_time_s and base.status == "ok":
             r.overhead = r.device_time_s / base.device_time_s
+            if r.load_s is not None and base.load_s is not None:
+                r.first_run_overhead = (r.device_time_s + r.load_s) / (base.device_time_s + base.load_s)
     baselines = [{"driver": by_key[k].seams["driver"], "device_time_s": by_key[k].device_time_s,
-                  "status": by_key[k].status, "in_rows": k in keys}
+                  "load_s": by_key[k].load_s, "status": by_key[k].status, "in_rows": k in keys}
                  for k in sorted({sort_key(native_of(c)) for c in asked})]
     return {"schema": SCHEMA, "workload": wl.name, "framework": framework, "spec": spec,
             "seed": seed, "where": dict(where or {}), "jobs": jobs or os.cpu_count() or 1,
+            "all_paths": all_paths,
             "elapsed_s": elapsed, "rows": [r.to_dict() for r in shown], "baselines": baselines,
             "summary": summary(shown), "ok": all(r.status == "ok" for r in shown)}
 
@@ -269,7 +305,9 @@ def summary_line(doc: dict[str, Any]) -> str:
     """The summary in one line: natives, per mechanism, strict refusals, failures."""
     s = doc["summary"]
     mech = ", ".join(f"{n} {m}" for m, n in s["mechanisms"].items()) or "none"
-    return (f"{s['combinations']} combinations: {s['native']} native; through a path: {mech}; "
+    alt = (f" (and {s['path_rows']} runs through another declared path)"
+           if s.get("path_rows") else "")
+    return (f"{s['combinations']} combinations{alt}: {s['native']} native; through a path: {mech}; "
             f"{s['strict_refused']} refused under --no-translate; {s['failed']} failed")
 
 
@@ -298,23 +336,30 @@ def render(doc: dict[str, Any], console: Any) -> None:
               caption="stack: the families of " + "/".join(SEAMS) + ", then the path: native, or each "
                       "crossing's mechanism and name; strict: under --no-translate; "
                       "device: simulated device time; wall: host wall time (a separate clock); "
-                      "overhead: device time over the native stack of the driver's family; "
-                      "num.: numerics")
+                      "load: simulated module load (JIT / IL build and translation); "
+                      "overhead: device time over the native stack of the driver's family, and "
+                      "first run: device time plus load over the same; num.: numerics; "
+                      "a row marked --path runs one combination through another declared path")
     t.add_column("stack, and its path", overflow="fold")
     t.add_column("strict", no_wrap=True)
     t.add_column("device", justify="right", no_wrap=True)
     t.add_column("wall", justify="right", no_wrap=True)
+    t.add_column("load", justify="right", no_wrap=True)
     t.add_column("overhead", justify="right", no_wrap=True)
+    t.add_column("first run", justify="right", no_wrap=True)
     t.add_column("num.", no_wrap=True)
     errors = any(r["error"] for r in rows)
     if errors:
         t.add_column("error", overflow="fold", ratio=1)
     for i, r in enumerate(rows):
         nums = {True: "[green]ok[/]", False: "[red]FAIL[/]", None: "—"}[r["numerics_ok"]]
-        cells = ["/".join(short(r["seams"][s]) for s in SEAMS) + "\n[dim]" + escape(r["path"].replace("; ", "\n")) + "[/]",
+        forced = "".join(f" --path {n}" for n in r.get("paths", []))
+        cells = ["/".join(short(r["seams"][s]) for s in SEAMS) + escape(forced) + "\n[dim]"
+                 + escape(r["path"].replace("; ", "\n")) + "[/]",
                  "[yellow]refused[/]" if r["strict"] == "refused" else "runs",
-                 _fmt_s(r["device_time_s"]), _fmt_s(r["host_wall_s"]),
-                 "—" if r["overhead"] is None else f"{r['overhead']:.2f}x", nums]
+                 _fmt_s(r["device_time_s"]), _fmt_s(r["host_wall_s"]), _fmt_s(r.get("load_s")),
+                 "—" if r["overhead"] is None else f"{r['overhead']:.2f}x",
+                 "—" if r.get("first_run_overhead") is None else f"{r['first_run_overhead']:.2f}x", nums]
         if errors:
             cells.append("[red]" + escape(r["error"]) + "[/]" if r["error"] else "")
         t.add_row(*cells, end_section=i < len(rows) - 1)
@@ -373,7 +418,8 @@ def plot(doc: dict[str, Any], path: str) -> None:
     bottom.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     bottom.set_ylabel("device time / native stack of the driver's family")
     if labelled:
-        labels = ["/".join(short(rows[i]["seams"][s]) for s in SEAMS) for i in order]
+        labels = ["/".join(short(rows[i]["seams"][s]) for s in SEAMS)
+                  + "".join(f" {n}" for n in rows[i].get("paths", [])) for i in order]
         bottom.set_xticks(xs, labels, rotation=90, fontsize="x-small")
         bottom.set_xlabel("framework/compiler/library/runtime/driver")
     else:

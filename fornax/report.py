@@ -103,6 +103,8 @@ def build(stack: Stack, workload: str, result: RunResult | None = None,
         # cross-family binary translation between compiler output and driver load (simulated)
         "translations": seams["compiler"].get("translator", {}).get("translations", 0),
         "translate_s": seams["compiler"].get("translator", {}).get("simulated_s", 0.0),
+        # host time a marshalling library layer spent before its calls (on the host clock)
+        "marshal_s": seams["library"].get("marshalling", {}).get("simulated_s", 0.0),
         "flops": float(getattr(driver.kernel_log, "flops", None)
                        or sum(k.flops for k in driver.kernel_log)),
         "spec_hbm_bytes": dev.spec.hbm_bytes,
@@ -250,18 +252,23 @@ def _seam_lines(name: str, seam: JSON) -> list[str]:
                    if "planned_peak_bytes" in seam else "")]
         t = seam.get("translator")
         if t:
-            verb = "cross-compiled" if t.get("mechanism") == "cross-compile" else "translated"
+            verb = {"cross-compile": "cross-compiled", "port": "ported"}.get(t.get("mechanism", ""),
+                                                                            "translated")
+            lanes = t.get("lane_efficiency", 1.0)
             lines.append(f"{verb} {t['from']} -> {t['to']} by {t['name']} (declared by "
                          f"{t['declared_by']}): {t['translations']} module(s), {fmt_bytes(t['bytes_in'])}"
                          f" -> {fmt_bytes(t['bytes_out'])}, {t['reused']} reused, "
-                         f"{fmt_time(t['simulated_s'])} simulated")
+                         f"{fmt_time(t['simulated_s'])} simulated"
+                         + (f"; kernels keep their source SIMD layout: {lanes:.0%} of each hardware "
+                            "group's lanes do vector work" if lanes < 1 else ""))
         return lines
     if name == "library":
         lines = [f"{seam['name']}: {seam['calls']} call(s); ships {', '.join(seam['shipped'])}"]
         mh = seam.get("marshalling")
         if mh:
             lines.append(f"forwarded to {mh['backend_library']} ({mh['backend']}) by {mh['name']}: "
-                         f"{mh['calls']} call(s), {fmt_time(mh['simulated_s'])} simulated host overhead")
+                         f"{mh['calls']} call(s), {fmt_time(mh['simulated_s'])} simulated host overhead "
+                         f"({fmt_time(mh['per_call_s'])} per call, {mh.get('basis') or 'no basis given'})")
         for c in seam["algorithms_chosen"][:6]:
             # gemm shapes are [batch, m, n, k]; other routines (convolution) list their own sizes
             what = "gemm" if c.get("routine", "gemm") == "gemm" else c["routine"]
@@ -306,8 +313,11 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
     if crossings:
         paths = tree.add("[bold]portability paths[/] (where the stack crosses between families)")
         for c in crossings:
+            other = c.get("alternatives") or []
             paths.add(f"{c['boundary']}: {c['upper']} over {c['lower']} — {c['mechanism']} "
-                      f"[cyan]{c['name']}[/]: {c['real_name']}")
+                      f"[cyan]{c['name']}[/]{' (chosen by --path)' if c.get('forced') else ''}: "
+                      f"{c['real_name']}"
+                      + (f"; also declared: {', '.join(other)} (--path NAME)" if other else ""))
     console.print(tree)
 
     if report["kernels"]:
@@ -348,8 +358,10 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
     ct.add_row("compile (host wall)", fmt_time(c["compile_wall_s"]))
     ct.add_row("module JIT / IL build (simulated, driver)", fmt_time(c["module_build_s"]))
     if c.get("translations"):
-        ct.add_row("binary translation (simulated)", f"{c['translations']} module(s), "
+        ct.add_row("binary translation (simulated, module load)", f"{c['translations']} module(s), "
                    f"{fmt_time(c['translate_s'])}")
+    if c.get("marshal_s"):
+        ct.add_row("library marshalling (simulated host)", fmt_time(c["marshal_s"]))
     if "energy_j" in c:
         ct.add_row("energy (simulated)", f"{c['energy_j']:.4g} J")
         ct.add_row("average power", f"{c['avg_power_w']:.1f} W")

@@ -28,6 +28,7 @@ between compiler output and driver load; with no such path (or with
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -44,9 +45,10 @@ from .layers.errors import ConfigError, FormatMismatchError, UnknownSeamError, U
 from .layers.framework import Framework, RunResult
 from .layers.graph import Graph
 from .layers.marshal import MarshallingLibrary, marshal_paths
-from .layers.portability import Crossing, declared_layer, generic
-from .layers.translate import (TranslatingCompiler, Translator, cross_compile_paths, find_path,
-                               translation_paths)
+from .layers.portability import Crossing, declared_layers, generic
+from .layers.runtime.handles import Stream
+from .layers.translate import (TranslatingCompiler, Translator, TranslationPath, candidate_paths,
+                               lane_efficiency)
 from .layers.vendor import SEAMS, Vendor
 from .sim.device import Device
 from .sim.replay import ReplayCache
@@ -68,7 +70,7 @@ DEFAULT_SPEC = "h200-like"
 MAX_DEVICES = 1024
 MAX_MESH_DEVICES = 64
 
-_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate"}
+_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate", "paths"}
 
 
 def _load_object(ref: str, name: str) -> Vendor:
@@ -130,11 +132,16 @@ class StackConfig:
     translate: bool = True         # allow a declared binary translation when formats do not meet
     fuse: bool = True              # compiler fusion (off: one kernel per op, --no-fuse)
     dump_ir: str | None = None     # directory the compiler writes the IR after each pass to
+    #: portability paths chosen by name over each boundary's default (``--path NAME``)
+    paths: tuple[str, ...] = ()
+    #: a chosen path that carries no crossing of the stack is an error (False: it is ignored,
+    #: as ``fornax compare --all-combos --path`` wants over many stacks)
+    paths_strict: bool = True
 
     def describe(self) -> dict[str, Any]:
         return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
                 "topology": self.topology, "meta": self.meta, "translate": self.translate,
-                "fuse": self.fuse}
+                "fuse": self.fuse, "paths": list(self.paths)}
 
 
 def parse_seam_overrides(items: Iterable[object] | None) -> dict[str, str]:
@@ -155,7 +162,8 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 spec: str | None = None, devices: int | None = None, seed: int | None = None,
                 base: StackConfig | None = None, topology: str | None = None,
                 meta: bool | None = None, translate: bool | None = None,
-                fuse: bool | None = None, dump_ir: str | None = None) -> StackConfig:
+                fuse: bool | None = None, dump_ir: str | None = None,
+                paths: Iterable[str] | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
     if base is not None:
@@ -167,6 +175,16 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                      else (base.translate if base is not None else True))
     cfg.fuse = bool(fuse) if fuse is not None else (base.fuse if base is not None else True)
     cfg.dump_ir = dump_ir if dump_ir is not None else (base.dump_ir if base is not None else None)
+    chosen = list(paths) if paths is not None and list(paths) else (list(base.paths) if base else [])
+    for name in chosen:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a path is named by a non-empty string, got {name!r}",
+                              hint="`fornax compose --seam ...` without --path shows the paths a stack takes")
+    cfg.paths = tuple(dict.fromkeys(n.strip() for n in chosen))
+    if cfg.paths and not cfg.translate:
+        raise ConfigError(f"--path {cfg.paths[0]} chooses a cross-family path, but cross-family paths "
+                          "are switched off (--no-translate / translate = false)",
+                          hint="drop one of the two")
     if vendor is not None:
         cfg.seams = {s: vendor for s in SEAMS}
     for seam, v in (seams or {}).items():
@@ -243,6 +261,11 @@ def load_config(path: str | Path) -> StackConfig:
     if not isinstance(stack.get("translate", True), bool):
         raise ConfigError(f"config file {p}: translate must be true or false, got {stack['translate']!r}")
     base.translate = stack.get("translate", True)
+    paths = stack.get("paths", [])
+    if not isinstance(paths, list) or not all(isinstance(n, str) for n in paths):
+        raise ConfigError(f"config file {p}: paths must be a list of path names, got {paths!r}",
+                          hint='e.g. paths = ["hipify-like"]')
+    base.paths = tuple(paths)
     return make_config(stack.get("vendor"), seams, base=base)
 
 
@@ -292,48 +315,68 @@ class Stack:
         return self.library.communicator(devices, timeout_s)
 
 
-def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler: Compiler, emits: tuple[str, ...],
-                loadable: tuple[str, ...]) -> TranslatingCompiler | None:
-    """A translating compiler when the driver's family declares a path from one of the
-    compiler's formats to one the driver loads: the compiler family's own loader decodes,
-    the driver family's own encoder re-encodes."""
-    src, dst = vendors["compiler"], vendors["driver"]
-    # the compiler's own cross-target output first (what a user of that toolchain would do),
-    # then a translator the driver's family accepts at module load
-    path = (find_path(cross_compile_paths(src.facts, src.name), emits, loadable)
-            or find_path(translation_paths(dst.facts, dst.name), emits, loadable))
-    if path is None:
+def _pick(names: list[str], forced: tuple[str, ...], defaults: list[bool] | None = None) -> int | None:
+    """Which of a boundary's candidate paths (by name, in preference order) carries it: the
+    first one ``--path`` names, else the first default one (a port only when nothing else is
+    declared), else None when there is no candidate."""
+    for i, name in enumerate(names):
+        if name in forced:
+            return i
+    if not names:
         return None
+    ok = defaults or [True] * len(names)
+    return next((i for i, d in enumerate(ok) if d), 0)
+
+
+def _translator(vendors: dict[str, Vendor], devices: list[Device], compiler: Compiler,
+                path: TranslationPath) -> TranslatingCompiler:
+    """The compiler behind ``path``: the compiler family's own loader decodes its output, the
+    driver family's own encoder re-encodes it; a translation keeps the source group layout
+    (lane efficiency from the two families' SIMD widths)."""
+    src, dst = vendors["compiler"], vendors["driver"]
     encoders = getattr(dst.compiler, "encoders", {}) or {}
     if path.to_format not in encoders:
-        raise ConfigError(f"vendor {dst.name} declares translator {path.name} to {path.to_format}, "
-                          f"but its compiler has no {path.to_format} encoder",
-                          hint="fix the family's [[translators]] table")
+        raise ConfigError(f"vendor {path.vendor} declares path {path.name} to {path.to_format}, "
+                          f"but the {dst.name} compiler has no {path.to_format} encoder",
+                          hint="fix the family's [[translators]] or [[portability.compiler]] table")
     loader = src.driver(devices)          # the source family's loader: names the arch, decodes
-    translator = Translator(path, loader.decode_image, encoders[path.to_format])
+    lanes = lane_efficiency(int(src.facts["driver"]["simd_width"]), int(dst.facts["driver"]["simd_width"]))
+    translator = Translator(path, loader.decode_image, encoders[path.to_format], lanes)
     return TranslatingCompiler(compiler, translator, loader.target(0))
 
 
-def _crossings(config: StackConfig, vendors: dict[str, Vendor], translator: TranslatingCompiler | None,
-               library: Library) -> list[Crossing]:
-    """Every seam boundary of the stack that joins two families, with the path carrying it."""
-    fam = config.seams
-    out: list[Crossing] = []
-    for upper, lower, table, key in (("framework", "runtime", "framework", "runtime"),
-                                     ("runtime", "driver", "runtime", "driver")):
-        if fam[upper] != fam[lower]:
-            v, boundary = vendors[upper], f"{upper}/{lower}"
-            out.append(declared_layer(v.facts, v.name, table, key, fam[lower], boundary)
-                       or generic(boundary, fam[upper], fam[lower]))
-    if translator is not None:
-        p = translator.translator.path
-        out.append(Crossing("compiler/driver", fam["compiler"], fam["driver"], p.mechanism, p.name,
-                            p.real_name, p.vendor))
-    if isinstance(library, MarshallingLibrary):
-        m = library.path
-        out.append(Crossing("library/driver", fam["library"], fam["driver"], "marshal", m.name,
-                            m.real_name, m.front))
-    return out
+def _layer(config: StackConfig, vendors: dict[str, Vendor], upper: str, lower: str,
+           table: str, key: str) -> Crossing:
+    """The crossing of ``upper/lower`` when their families differ: a declared layer (or port) of
+    the upper family for the lower one, or fornax's generic adapter."""
+    fam, v = config.seams, vendors[upper]
+    boundary = f"{upper}/{lower}"
+    declared = declared_layers(v.facts, v.name, table, key, fam[lower], boundary)
+    i = _pick([c.name for c in declared], config.paths, [c.mechanism != "port" for c in declared])
+    if i is None:
+        return generic(boundary, fam[upper], fam[lower])
+    return _chosen(declared[i], [c.name for c in declared], config.paths)
+
+
+def _chosen(c: Crossing, names: list[str], forced: tuple[str, ...]) -> Crossing:
+    """``c`` with the other paths of its boundary and whether ``--path`` chose it."""
+    return dataclasses.replace(c, alternatives=tuple(n for n in names if n != c.name),
+                               forced=c.name in forced)
+
+
+def _unused_paths(config: StackConfig, offered: dict[str, list[str]]) -> None:
+    """A path ``--path`` names that carries no crossing of this stack is an error that lists
+    the paths each of its crossings offers."""
+    used = {n for names in offered.values() for n in names}
+    unknown = [n for n in config.paths if n not in used]
+    if not unknown or not config.paths_strict:
+        return
+    where = "; ".join(f"{b}: {', '.join(names) or 'none declared'}" for b, names in offered.items())
+    raise ConfigError(f"path {unknown[0]!r} carries no crossing of this stack "
+                      f"({describe_seams(config.seams, config.spec)}); "
+                      + (f"its crossings and the paths declared for them: {where}" if offered
+                         else "every seam is from one family, so nothing crosses"),
+                      hint="name one of the paths listed, or drop --path")
 
 
 def compose(config: StackConfig) -> Stack:
@@ -358,9 +401,26 @@ def compose(config: StackConfig) -> Stack:
         compiler.options = CompileOptions(fuse=config.fuse, dump_ir=config.dump_ir)
     emits = tuple(compiler.output_formats())
     chosen = next((f for f in emits if f in loadable), None)
+    fam = config.seams
+    crossings: list[Crossing] = []
+    offered: dict[str, list[str]] = {}      # boundary -> the paths declared for it
+    for upper, lower, table, key in (("framework", "runtime", "framework", "runtime"),
+                                     ("runtime", "driver", "runtime", "driver")):
+        if fam[upper] != fam[lower]:
+            crossings.append(_layer(config, vendors, upper, lower, table, key))
+            offered[f"{upper}/{lower}"] = [crossings[-1].name, *crossings[-1].alternatives]
     translator = None
     if chosen is None and config.translate:
-        translator = _translator(vendors, devices, compiler, emits, loadable)
+        src, dst = vendors["compiler"], vendors["driver"]
+        cands = candidate_paths(src.facts, src.name, dst.facts, dst.name, emits, loadable)
+        i = _pick([p.name for p in cands], config.paths, [p.mechanism != "port" for p in cands])
+        if i is not None:
+            translator = _translator(vendors, devices, compiler, cands[i])
+            p = cands[i]
+            crossings.append(_chosen(Crossing("compiler/driver", fam["compiler"], fam["driver"],
+                                              p.mechanism, p.name, p.real_name, p.vendor, basis=p.basis),
+                                     [c.name for c in cands], config.paths))
+            offered["compiler/driver"] = [c.name for c in cands]
     if chosen is None and translator is None:
         raise FormatMismatchError(
             f"compiler {vendors['compiler'].name} emits {', '.join(emits)}, but driver "
@@ -373,11 +433,22 @@ def compose(config: StackConfig) -> Stack:
     if not lib_ok and config.translate:
         # the library's API over the driver family's own library (hipBLAS over cuBLAS, oneMath's
         # backends, ZLUDA's cuBLAS over rocBLAS), where the library's family declares it
-        mpath = next((m for m in marshal_paths(vendors["library"].facts, vendors["library"].name)
-                      if m.backend == vendors["driver"].name), None)
-        if mpath is not None:
-            library = MarshallingLibrary(mpath, library.name, vendors["driver"].library(runtime))
+        mpaths = [m for m in marshal_paths(vendors["library"].facts, vendors["library"].name)
+                  if m.backend == vendors["driver"].name]
+        i = _pick([m.name for m in mpaths], config.paths)
+        if i is not None:
+            m = mpaths[i]
+
+            def charge(stream: Any, seconds: float) -> None:
+                # the forwarding layer's host time, spent before the backend launches
+                dev = stream.device if isinstance(stream, Stream) else runtime.current_device()
+                devices[dev].timeline.host_time += seconds
+            library = MarshallingLibrary(m, library.name, vendors["driver"].library(runtime), charge)
             lib_ok = [f for f in library.formats() if f in loadable]
+            crossings.append(_chosen(Crossing("library/driver", fam["library"], fam["driver"], "marshal",
+                                              m.name, m.real_name, m.front, basis=m.basis),
+                                     [x.name for x in mpaths], config.paths))
+            offered["library/driver"] = [x.name for x in mpaths]
     if not lib_ok:
         raise FormatMismatchError(
             f"library {vendors['library'].name} ships {', '.join(shipped)} kernels, but driver "
@@ -385,6 +456,7 @@ def compose(config: StackConfig) -> Stack:
             hint="pick a library of the driver's family"
                  + (" (cross-family paths are switched off)" if not config.translate else
                     " (its family declares no path to this driver's library)"))
+    _unused_paths(config, offered)
     props = driver.properties(0)
     if translator is not None:
         compiler, chosen = translator, translator.translator.to_format
@@ -403,6 +475,7 @@ def compose(config: StackConfig) -> Stack:
         negotiation["translation"] = {"path": p.name, "from": p.from_format, "to": p.to_format,
                                       "declared_by": p.vendor, "source_target": translator.source_arch,
                                       "driver_format": p.to_format}
-    negotiation["crossings"] = [c.to_dict() for c in _crossings(config, vendors, translator, library)]
+    order = ("framework/runtime", "runtime/driver", "compiler/driver", "library/driver")
+    negotiation["crossings"] = [c.to_dict() for c in sorted(crossings, key=lambda c: order.index(c.boundary))]
     return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
                  target, negotiation, topology)

@@ -112,7 +112,7 @@ def test_the_compose_tree_and_json_name_the_paths():
     rep = json.loads(res.stdout)
     assert all(n["ok"] for n in rep["numerics"])
     names = {c["boundary"]: c["name"] for c in rep["seams"]["compiler"]["negotiation"]["crossings"]}
-    assert names == {"framework/runtime": "fornax rocm-like over xpu-like", "runtime/driver": "xpu-like over cuda-like",
+    assert names == {"framework/runtime": "fornax rocm-like over xpu-like", "runtime/driver": "dpcpp-cuda-like",
                      "compiler/driver": "hip-nvidia-like", "library/driver": "onemath-cublas-like"}
     res = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output

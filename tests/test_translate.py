@@ -14,7 +14,8 @@ from fornax.layers.binary import KernelBinary, unpack_programs
 from fornax.layers.compiler import Target
 from fornax.layers.errors import BinaryError, ConfigError, FormatMismatchError
 from fornax.layers.graph import DType, Graph
-from fornax.layers.translate import TranslationPath, Translator, find_path, translation_paths
+from fornax.layers.translate import (TranslationPath, Translator, candidate_paths, cross_compile_paths,
+                                    lane_efficiency, translation_paths)
 from fornax.sim import isa
 from fornax.stack import compose, get_vendor, load_config, make_config
 from fornax.vendors.cuda_like import CudaLikeCompiler
@@ -166,13 +167,38 @@ def test_declared_paths_are_checked_as_data():
     assert translation_paths({}, "v") == []
     good = translation_paths({"translators": [{"from": "a", "to": "b"}]}, "v")
     assert good[0].name == "a->b" and good[0].cost(4096) == 0.0
-    assert find_path(good, ("z", "a"), ("b",)) is good[0]
-    assert find_path(good, ("a",), ("c",)) is None
+    assert candidate_paths({}, "c", {"translators": [{"from": "a", "to": "b"}]}, "v", ("z", "a"),
+                           ("b",)) == good
+    assert candidate_paths({}, "c", {"translators": [{"from": "a", "to": "b"}]}, "v", ("a",), ("c",)) == []
     for bad in ({"translators": {"from": "a"}}, {"translators": [{"from": "a"}]},
                 {"translators": [{"from": "a", "to": "b", "cost_s": -1}]},
-                {"translators": [{"from": "a", "to": "b", "via": "c"}]}):
+                {"translators": [{"from": "a", "to": "b", "via": "c"}]},
+                {"translators": [{"from": "a", "to": "b", "basis": "a hunch"}]},
+                # a translator's mechanism is fixed: only the compiler's table takes the key
+                {"translators": [{"from": "a", "to": "b", "mechanism": "port"}]}):
         with pytest.raises(ConfigError):
             translation_paths(bad, "v")
+
+
+def test_negotiation_order_is_cross_compile_then_translate_then_port():
+    compiler = {"portability": {"compiler": [
+        {"name": "ported", "from": "a", "to": "b", "mechanism": "port"},
+        {"name": "cross", "from": "a", "to": "b"}]}}
+    driver = {"translators": [{"name": "tr", "from": "a", "to": "b"}]}
+    got = candidate_paths(compiler, "c", driver, "d", ("a",), ("b",))
+    assert [(p.name, p.mechanism, p.vendor) for p in got] == [
+        ("cross", "cross-compile", "c"), ("tr", "translate", "d"), ("ported", "port", "c")]
+    with pytest.raises(ConfigError, match="mechanism must be one of cross-compile, port"):
+        cross_compile_paths({"portability": {"compiler": [{"from": "a", "to": "b",
+                                                           "mechanism": "translate"}]}}, "c")
+
+
+def test_lane_efficiency_of_a_kernel_kept_in_its_source_layout():
+    assert lane_efficiency(32, 64) == 0.5          # a warp on a wavefront: half the lanes
+    assert lane_efficiency(64, 32) == 1.0          # splits into whole warps
+    assert lane_efficiency(32, 16) == 1.0
+    with pytest.raises(ValueError):
+        lane_efficiency(0, 32)
 
 
 def test_config_file_can_switch_translation_off(tmp_path):

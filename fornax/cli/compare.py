@@ -73,7 +73,7 @@ def _progress(console: Console) -> Progress:
 
 
 def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path, debug,
-                conflicting: list[str]) -> None:
+                conflicting: list[str], all_paths: bool = False) -> None:
     """``--all-combos``: every seam combination (or the --where subset), in worker processes."""
     if conflicting:
         raise ConfigError(f"--all-combos excludes {', '.join(conflicting)}",
@@ -86,7 +86,7 @@ def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path
     console = Console(stderr=True)
     if as_json or not console.is_terminal:
         doc = combos.sweep(todo, framework=framework, workload=workload, spec=spec, seed=seed,
-                           jobs=jobs, debug=debug, where=fixed)
+                           jobs=jobs, debug=debug, where=fixed, all_paths=all_paths)
     else:
         progress = _progress(console)
         with progress:
@@ -97,7 +97,8 @@ def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path
                 progress.update(task, completed=n, total=total, refresh=True,
                                 description=escape(f"done {seams}"))
             doc = combos.sweep(todo, framework=framework, workload=workload, spec=spec, seed=seed,
-                               jobs=jobs, debug=debug, where=fixed, on_done=on_done)
+                               jobs=jobs, debug=debug, where=fixed, all_paths=all_paths,
+                               on_done=on_done)
     if plot_path is not None:
         combos.plot(doc, plot_path)
     if as_json:
@@ -139,18 +140,22 @@ def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path
               help="With --all-combos: the front end, graph (default), torch or jax.")
 @click.option("--jobs", type=int, default=None, metavar="N",
               help="With --all-combos: worker processes (default: one per CPU).")
+@click.option("--all-paths", "all_paths", is_flag=True, default=False,
+              help="With --all-combos: also run each combination through every other portability "
+                   "path its crossings declare (as `compose --path NAME`), a row each.")
 @debug_option
 @handle_errors
 def compare_cmd(vendors, frameworks, stacks, workload, spec, seed, as_json, plot_path, all_combos,
-                where, framework, jobs, debug):
+                where, framework, jobs, debug, all_paths=False):
     """Run one workload on a matrix of stacks and show them side by side."""
     if all_combos:
         conflicting = [name for name, given in (("--vendors", vendors), ("--stack", stacks),
                                                 ("--frameworks", frameworks)) if given]
         _all_combos(where, framework or "graph", workload, spec, seed, jobs, as_json, plot_path,
-                    debug, conflicting)
+                    debug, conflicting, all_paths)
         return
     extra = [name for name, given in (("--where", where), ("--framework", framework),
+                                      ("--all-paths", all_paths),
                                       ("--jobs", jobs is not None)) if given]
     if extra:
         raise ConfigError(f"{', '.join(extra)} only go with --all-combos",

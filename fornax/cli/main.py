@@ -69,6 +69,10 @@ def main() -> None:
               help="Write a Chrome/Perfetto trace of the simulated timeline to FILE.")
 @click.option("--no-translate", "no_translate", is_flag=True, default=False,
               help="No cross-family paths: no cross-compilation, binary translation or library marshalling between families (formats must meet).")
+@click.option("--path", "paths", multiple=True, metavar="NAME",
+              help="Carry each crossing that declares portability path NAME by it instead of the "
+                   "default (repeatable), e.g. --path hipify-like; the compose tree lists each "
+                   "crossing's other paths.")
 @click.option("--no-fuse", "no_fuse", is_flag=True, default=False,
               help="Switch compiler fusion off: one kernel per op (to compare with fusion on).")
 @click.option("--dump-ir", "dump_ir", type=click.Path(file_okay=False), default=None, metavar="DIR",
@@ -79,7 +83,7 @@ def main() -> None:
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
-                dump_ir=None, framework="graph", all_rows=False):
+                dump_ir=None, framework="graph", all_rows=False, paths=()):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
@@ -87,7 +91,7 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
     cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base,
                       devices=devices, topology=topology, meta=meta,
                       translate=False if no_translate else None,
-                      fuse=False if no_fuse else None, dump_ir=dump_ir)
+                      fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths)
     prep = prepare(cfg, framework, workload, origin="fornax compose")
     plan = None
     if inject:

@@ -11,16 +11,23 @@ data, in its ``vendor.toml``::
     name = "hipblas-marshal-like"
     real_name = "hipBLAS on NVIDIA: marshalling to cuBLAS"
     per_call_s = 1.0e-6              # simulated host overhead of one forwarded call
+    basis = "modelling assumption"   # or "vendor figure", "published measurement"
+
+Several entries may name one backend (ZLUDA's cuBLAS and a HIPIFY port both reach rocBLAS);
+the first is the default and ``--path NAME`` picks another.
 
 A :class:`MarshallingLibrary` is the composed library: the API and name of the family the
 user chose, the routines, kernels, algorithm choices and shipped images of the backend (the
 stack builds the backend from the driver's family at compose time; this module imports no
-vendor).  Each forwarded call is counted, and its overhead summed as simulated host time,
-which the report shows apart from device time.
+vendor).  Each forwarded call is counted and its overhead is spent on the simulated host
+clock of the call's device before the backend launches (the stack hands in how), so a
+launch-bound workload shows it in device time and a compute-bound one hides it behind the
+queue, as a real host-side layer does; the report shows the sum apart.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +38,11 @@ from .errors import ConfigError
 from .library import Library
 from .portability import declared_tables
 
-_KEYS = {"backend", "name", "real_name", "per_call_s"}
+_KEYS = {"backend", "name", "real_name", "per_call_s", "basis", "why"}
+#: what a path's cost figures may rest on (``basis``)
+BASES = ("vendor figure", "published measurement", "modelling assumption")
+#: spends simulated host time for one call on ``stream`` (None: the current device's default)
+HostCharge = Callable[[Any, float], None]
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class MarshalPath:
     backend: str        # the driver's family, whose library does the work
     real_name: str
     per_call_s: float = 0.0
+    basis: str = ""
 
 
 def marshal_paths(facts: dict[str, Any], vendor: str) -> list[MarshalPath]:
@@ -58,15 +70,22 @@ def marshal_paths(facts: dict[str, Any], vendor: str) -> list[MarshalPath]:
         cost = t.get("per_call_s", 0.0)
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
             raise ConfigError(f"{where}: per_call_s must be a non-negative number", vendor=vendor)
+        basis = t.get("basis", "")
+        if basis and basis not in BASES:
+            raise ConfigError(f"{where}: basis must be one of {', '.join(BASES)}, got {basis!r}",
+                              vendor=vendor)
         out.append(MarshalPath(str(t.get("name", f"{vendor}->{backend}")), vendor, backend,
-                               str(t.get("real_name", "")), float(cost)))
+                               str(t.get("real_name", "")), float(cost), str(basis)))
     return out
 
 
 def _forwarded(routine: str) -> Callable[..., CallRecord]:
     """A method that counts one forwarded call and runs ``routine`` on the backend library."""
+    # where the Library Protocol puts the routine's stream (its last parameter)
+    at = list(inspect.signature(getattr(Library, routine)).parameters).index("stream") - 1
+
     def forward(self: MarshallingLibrary, *args: Any, **kwargs: Any) -> CallRecord:
-        self._count()
+        self._count(kwargs["stream"] if "stream" in kwargs else args[at] if len(args) > at else None)
         record: CallRecord = getattr(self.backend, routine)(*args, **kwargs)
         return record
     forward.__name__ = forward.__qualname__ = routine
@@ -77,8 +96,9 @@ def _forwarded(routine: str) -> Callable[..., CallRecord]:
 class MarshallingLibrary:
     """The library seam of ``path.front`` forwarding every routine to ``backend``."""
 
-    def __init__(self, path: MarshalPath, name: str, backend: Library):
+    def __init__(self, path: MarshalPath, name: str, backend: Library, charge: HostCharge | None = None):
         self.path = path
+        self._charge = charge
         self.vendor = path.front
         self.name = name
         self.backend = backend
@@ -96,9 +116,11 @@ class MarshallingLibrary:
     def ops(self) -> frozenset[str]:
         return self.backend.ops()
 
-    def _count(self) -> None:
+    def _count(self, stream: Any = None) -> None:
         self.forwarded += 1
         self.marshal_s += self.path.per_call_s
+        if self._charge is not None and self.path.per_call_s:
+            self._charge(stream, self.path.per_call_s)
 
     gemm = _forwarded("gemm")
     conv2d_fwd = _forwarded("conv2d_fwd")
@@ -124,6 +146,7 @@ class MarshallingLibrary:
         rep.update({"vendor": self.vendor, "name": self.name,
                     "marshalling": {"name": self.path.name, "real_name": self.path.real_name,
                                     "backend": self.path.backend, "backend_library": self.backend.name,
-                                    "per_call_s": self.path.per_call_s, "calls": self.forwarded,
+                                    "per_call_s": self.path.per_call_s, "basis": self.path.basis,
+                                    "calls": self.forwarded,
                                     "simulated_s": self.marshal_s}})
         return rep

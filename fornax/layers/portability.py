@@ -16,13 +16,18 @@ layer the upper family declares for the lower one::
     runtime = "rocm-like"
     real_name = "ROCm PyTorch: torch.cuda over the HIP runtime"
 
+A runtime entry with ``mechanism = "port"`` is a source migration (the family's runtime calls
+rewritten to the lower family's, as HIPIFY does): it is taken only when ``--path`` names it
+or nothing else is declared.  Several entries may name one lower family; the first default
+one carries the crossing unless ``--path NAME`` picks another.
+
 A crossing nobody declares still runs, through fornax's own adapter, and is labelled as
 having no real-world counterpart.  Every report lists the crossings (:class:`Crossing`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
@@ -43,9 +48,16 @@ class Crossing:
     name: str             # the path's own name
     real_name: str        # what the real ecosystem calls it
     declared_by: str      # the family whose facts declare it ("fornax" for the generic adapter)
+    basis: str = ""       # what its cost figures rest on (vendor figure, published measurement,
+                          # modelling assumption); empty when it declares no cost
+    alternatives: tuple[str, ...] = ()   # the other paths declared for this boundary
+    forced: bool = False  # chosen by --path over the default
 
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        return {"boundary": self.boundary, "upper": self.upper, "lower": self.lower,
+                "mechanism": self.mechanism, "name": self.name, "real_name": self.real_name,
+                "declared_by": self.declared_by, "basis": self.basis,
+                "alternatives": list(self.alternatives), "forced": self.forced}
 
 
 def declared_tables(raw: Any, vendor: str, table: str, keys: set[str]) -> list[dict[str, Any]]:
@@ -65,20 +77,31 @@ def declared_tables(raw: Any, vendor: str, table: str, keys: set[str]) -> list[d
     return raw
 
 
-def declared_layer(facts: dict[str, Any], vendor: str, table: str, key: str, lower: str,
-                   boundary: str) -> Crossing | None:
-    """The ``[[portability.<table>]]`` entry of ``vendor`` whose ``key`` names ``lower``, as the
-    crossing of ``boundary``."""
+#: how a declared runtime or framework layer crosses: implemented over the lower family (the
+#: default) or ported to it at source level (taken only when ``--path`` names it)
+LAYER_MECHANISMS = ("layer", "port")
+
+
+def declared_layers(facts: dict[str, Any], vendor: str, table: str, key: str, lower: str,
+                    boundary: str) -> list[Crossing]:
+    """The ``[[portability.<table>]]`` entries of ``vendor`` whose ``key`` names ``lower``, as
+    crossings of ``boundary``, in declaration order."""
     portability = facts.get("portability", {})
     raw = portability.get(table, []) if isinstance(portability, dict) else []
-    for i, t in enumerate(declared_tables(raw, vendor, f"portability.{table}", {key, "name", "real_name"})):
+    out = []
+    for i, t in enumerate(declared_tables(raw, vendor, f"portability.{table}",
+                                          {key, "name", "real_name", "mechanism"})):
+        where = f"{vendor} vendor.toml: portability.{table}[{i}]"
         if not isinstance(t.get(key), str):
-            raise ConfigError(f"{vendor} vendor.toml: portability.{table}[{i}] needs {key} = a "
-                              "vendor family", vendor=vendor)
+            raise ConfigError(f"{where} needs {key} = a vendor family", vendor=vendor)
+        how = t.get("mechanism", "layer")
+        if how not in LAYER_MECHANISMS:
+            raise ConfigError(f"{where}: mechanism must be one of {', '.join(LAYER_MECHANISMS)}, "
+                              f"got {how!r}", vendor=vendor)
         if t[key] == lower:
-            return Crossing(boundary, vendor, lower, "layer", str(t.get("name", f"{vendor} over {lower}")),
-                            str(t.get("real_name", "")), vendor)
-    return None
+            out.append(Crossing(boundary, vendor, lower, how, str(t.get("name", f"{vendor} over {lower}")),
+                                str(t.get("real_name", "")), vendor))
+    return out
 
 
 def generic(boundary: str, upper: str, lower: str) -> Crossing:

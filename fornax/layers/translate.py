@@ -38,12 +38,16 @@ from .portability import declared_tables
 Decoder = Callable[[KernelBinary], dict[str, Program]]
 #: encoder: (programs, target, producer) -> a destination-format binary
 
-_PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib", "real_name"}
-#: how a path moves kernels across families: a translator at module load (declared by the
-#: driver's family, ``[[translators]]``) or the compiler's own cross-target output (declared by
+_PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib", "real_name", "basis", "why"}
+#: how a path moves kernels across families: the compiler's own cross-target output (declared by
 #: the compiler's family, ``[[portability.compiler]]``: compiled for the foreign target at
-#: compile time, no module-load cost)
-MECHANISMS = ("translate", "cross-compile")
+#: compile time, no module-load cost), a translator at module load (declared by the driver's
+#: family, ``[[translators]]``), or a port: the source migrated by a tool a user runs
+#: deliberately (``[[portability.compiler]]`` with ``mechanism = "port"``, chosen only with
+#: ``--path``).  Negotiation tries them in this order.
+MECHANISMS = ("cross-compile", "translate", "port")
+#: what a path's cost figures rest on (``basis``)
+BASES = ("vendor figure", "published measurement", "modelling assumption")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class TranslationPath:
     cost_s_per_kib: float = 0.0
     mechanism: str = "translate"   # one of MECHANISMS
     real_name: str = ""            # what the path is called in the real world
+    basis: str = ""                # one of BASES when the path declares a cost
 
     def cost(self, nbytes: int) -> float:
         """Simulated translation time for a source binary of ``nbytes``."""
@@ -75,13 +80,23 @@ def cross_compile_paths(facts: dict[str, Any], vendor: str) -> list[TranslationP
     compiler emits (HIP on NVIDIA, SYCL's CUDA and HIP backends, chipStar's SPIR-V)."""
     portability = facts.get("portability", {})
     raw = portability.get("compiler", []) if isinstance(portability, dict) else []
-    return _paths(raw, vendor, "portability.compiler", "cross-compile")
+    return _paths(raw, vendor, "portability.compiler", "cross-compile", ("cross-compile", "port"))
 
 
-def _paths(raw: Any, vendor: str, table: str, mechanism: str) -> list[TranslationPath]:
+def _paths(raw: Any, vendor: str, table: str, mechanism: str,
+           mechanisms: tuple[str, ...] = ()) -> list[TranslationPath]:
     out = []
-    for i, t in enumerate(declared_tables(raw, vendor, table, _PATH_KEYS)):
+    keys = _PATH_KEYS | ({"mechanism"} if mechanisms else set())
+    for i, t in enumerate(declared_tables(raw, vendor, table, keys)):
         where = f"{vendor} vendor.toml: {table}[{i}]"
+        how = t.get("mechanism", mechanism)
+        if mechanisms and how not in mechanisms:
+            raise ConfigError(f"{where}: mechanism must be one of {', '.join(mechanisms)}, got {how!r}",
+                              vendor=vendor)
+        basis = t.get("basis", "")
+        if basis and basis not in BASES:
+            raise ConfigError(f"{where}: basis must be one of {', '.join(BASES)}, got {basis!r}",
+                              vendor=vendor)
         for key in ("from", "to"):
             if not isinstance(t.get(key), str) or not t[key]:
                 raise ConfigError(f"{where}: {key} must be a format name", vendor=vendor)
@@ -93,29 +108,48 @@ def _paths(raw: Any, vendor: str, table: str, mechanism: str) -> list[Translatio
                                   vendor=vendor)
             costs[key] = float(v)
         name = t.get("name", f"{t['from']}->{t['to']}")
-        out.append(TranslationPath(str(name), t["from"], t["to"], vendor, **costs, mechanism=mechanism,
-                                   real_name=str(t.get("real_name", ""))))
+        out.append(TranslationPath(str(name), t["from"], t["to"], vendor, **costs, mechanism=how,
+                                   real_name=str(t.get("real_name", "")), basis=str(basis)))
     return out
 
 
-def find_path(paths: list[TranslationPath], emits: tuple[str, ...],
-              loadable: tuple[str, ...]) -> TranslationPath | None:
-    """The first path (in the compiler's format preference order) from an emitted format to a
-    loadable one."""
-    for fmt in emits:
-        for p in paths:
-            if p.from_format == fmt and p.to_format in loadable:
-                return p
-    return None
+def candidate_paths(compiler_facts: dict[str, Any], compiler_vendor: str, driver_facts: dict[str, Any],
+                    driver_vendor: str, emits: tuple[str, ...],
+                    loadable: tuple[str, ...]) -> list[TranslationPath]:
+    """Every declared path from a format the compiler emits to one the driver loads, in the
+    order negotiation prefers them: the compiler's own cross-target output, then a translator
+    the driver's family accepts at module load, then a port; within a mechanism, in the
+    compiler's format preference order."""
+    declared = cross_compile_paths(compiler_facts, compiler_vendor) + translation_paths(driver_facts,
+                                                                                      driver_vendor)
+    out = []
+    for how in MECHANISMS:
+        for fmt in emits:
+            out += [p for p in declared if p.mechanism == how and p.from_format == fmt
+                    and p.to_format in loadable]
+    return out
+
+
+def lane_efficiency(source_simd: int, target_simd: int) -> float:
+    """Lanes doing work when a kernel laid out for ``source_simd``-wide groups runs, unchanged, on
+    ``target_simd``-wide hardware: a 32-lane warp on a 64-lane wavefront fills half of it; a wider
+    source group splits into whole hardware groups and loses nothing (modelling assumption)."""
+    if source_simd <= 0 or target_simd <= 0:
+        raise ValueError("SIMD widths must be positive")
+    return min(1.0, source_simd / target_simd)
 
 
 class Translator:
     """Decode a ``from_format`` binary and re-encode its kernels as ``to_format``."""
 
-    def __init__(self, path: TranslationPath, decode: Decoder, encode: Encoder):
+    def __init__(self, path: TranslationPath, decode: Decoder, encode: Encoder, lanes: float = 1.0):
         self.path = path
         self.decode = decode
         self.encode = encode
+        #: what a translated kernel keeps of its source: its group layout, so on wider hardware
+        #: only this fraction of the lanes works (:func:`lane_efficiency`; 1.0 for a
+        #: cross-compile or a port, which compile for the target)
+        self.lanes = lanes if path.mechanism == "translate" else 1.0
         self._done: dict[tuple[str, str], KernelBinary] = {}
         self.counts = {"translations": 0, "reused": 0, "bytes_in": 0, "bytes_out": 0, "kernels": 0}
         self.simulated_s = 0.0
@@ -158,8 +192,12 @@ class Translator:
                               "that it does not define")
         order = list(binary.entry_points) + [n for n in kernels if n not in binary.entry_points]
         producer = f"{binary.producer} via {self.path.name}" if binary.producer else self.path.name
+        programs = [kernels[n] for n in order]
+        if self.lanes < 1.0:        # the cost model reads it: vector work on the lanes that work
+            programs = [dataclasses.replace(p, meta={**p.meta, "lane_efficiency": self.lanes})
+                        for p in programs]
         try:
-            out = self.encode([kernels[n] for n in order], target, producer)
+            out = self.encode(programs, target, producer)
         except FornaxError:
             raise
         except (ContainerError, InvalidProgram, ValueError, KeyError) as exc:
@@ -182,8 +220,9 @@ class Translator:
     def report(self) -> dict[str, Any]:
         p = self.path
         return {"name": p.name, "from": p.from_format, "to": p.to_format, "declared_by": p.vendor,
-                "mechanism": p.mechanism, "real_name": p.real_name,
-                "cost_s": p.cost_s, "cost_s_per_kib": p.cost_s_per_kib, **self.counts,
+                "mechanism": p.mechanism, "real_name": p.real_name, "basis": p.basis,
+                "cost_s": p.cost_s, "cost_s_per_kib": p.cost_s_per_kib, "lane_efficiency": self.lanes,
+                **self.counts,
                 "simulated_s": self.simulated_s}
 
 

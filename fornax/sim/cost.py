@@ -5,7 +5,9 @@ A kernel costs ``launch + ramp + max(compute, memory)``:
 - **compute**: per dtype, matrix FLOPs over ``matrix_peak x matrix_efficiency``
   (times the matrix-instruction alignment factor: a tile that is not a
   multiple of the spec's ``matrix_shape`` is padded up to it) plus vector
-  FLOPs over ``vector_peak``; divided by wave efficiency (a grid that does not
+  FLOPs over ``vector_peak`` (divided by the kernel's lane efficiency: a
+  kernel translated from a family with narrower SIMD groups keeps its
+  layout, so only part of each hardware group's lanes work); divided by wave efficiency (a grid that does not
   fill its last wave over the compute units leaves units idle) or, for a grid
   smaller than the device, by the fraction of units busy; divided by the
   clock fraction (power or thermal throttling, see :mod:`fornax.sim.power`).
@@ -74,6 +76,7 @@ class KernelCost:
     resident: int = 1               # instances resident per compute unit (occupancy)
     alignment: float = 1.0          # matrix work padded to the instruction shape / counted work
     clock_fraction: float = 1.0
+    lane_efficiency: float = 1.0    # lanes of each SIMD group doing the vector work
 
     @property
     def flops(self) -> float:
@@ -134,7 +137,9 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
 
     ``meta`` is the program's metadata; a ``tile`` entry (``[bm, bn, bk]``)
     marks a tiled kernel and enables occupancy, matrix-instruction alignment
-    and the pipeline ramp.  ``clock_fraction`` scales the compute clock.
+    and the pipeline ramp; a ``lane_efficiency`` entry (in (0, 1], set by a
+    binary translator) slows the vector work.  ``clock_fraction`` scales the
+    compute clock.
     """
     units = spec.compute_units
     tile = tuple((meta or {}).get("tile") or ()) or None
@@ -154,8 +159,11 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
     compute = 0.0
     for dt, flops in c.matrix_flops.items():
         compute += flops * align / (spec.peak(dt, matrix=True) * spec.matrix_efficiency)
+    lanes = (meta or {}).get("lane_efficiency", 1.0)
+    if isinstance(lanes, bool) or not isinstance(lanes, (int, float)) or not 0.0 < lanes <= 1.0:
+        lanes = 1.0                     # not a translator's stamp: the kernel runs as written
     for dt, flops in c.vector_flops.items():
-        compute += flops / spec.peak(dt, matrix=False)
+        compute += flops / (spec.peak(dt, matrix=False) * lanes)
     compute = compute / scale / clock_fraction
     memory, hbm, l2 = _memory_time(spec, c, resident, busy)
     launch = spec.launch_latency_s
@@ -166,7 +174,8 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
     body = max(compute, memory)
     return KernelCost(launch + ramp + body, compute, memory, launch, eff,
                       _bound(compute, memory, launch + ramp), ramp, hbm, l2,
-                      dict(c.matrix_flops), dict(c.vector_flops), resident, align, clock_fraction)
+                      dict(c.matrix_flops), dict(c.vector_flops), resident, align, clock_fraction,
+                      float(lanes))
 
 
 def hbm_traffic(spec: ChipSpec, c: Counters, resident: int = 1) -> float:

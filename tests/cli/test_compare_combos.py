@@ -44,10 +44,13 @@ def test_nine_combinations_on_a_cuda_like_host(cuda_host_doc):
     assert len(native) == 1 and native[0]["path"] == "native" and native[0]["overhead"] == 1.0
     assert native[0]["strict"] == "runs" and native[0]["crossings"] == []
     assert doc["baselines"] == [{"driver": "cuda-like", "device_time_s": native[0]["device_time_s"],
-                                 "status": "ok", "in_rows": True}]
+                                 "load_s": native[0]["load_s"], "status": "ok", "in_rows": True}]
+    assert not doc["all_paths"] and all(r["paths"] == [] for r in rows)
     for r in rows:
         assert r["overhead"] == pytest.approx(r["device_time_s"] / native[0]["device_time_s"])
-        assert r["device_time_s"] > 0 and r["host_wall_s"] > 0
+        assert r["first_run_overhead"] == pytest.approx((r["device_time_s"] + r["load_s"])
+                                                        / (native[0]["device_time_s"] + native[0]["load_s"]))
+        assert r["device_time_s"] > 0 and r["host_wall_s"] > 0 and r["load_s"] >= 0
 
 
 def test_paths_are_the_crossings_of_the_composed_stack(cuda_host_doc):
@@ -67,8 +70,8 @@ def test_strict_mode_refuses_exactly_the_cross_family_compiler_or_library(cuda_h
         assert r["strict"] == ("refused" if cross else "runs"), r["seams"]
         assert (r["strict_error"] is not None) == cross
     s = cuda_host_doc["summary"]
-    assert s == {"combinations": 9, "native": 1, "mechanisms": s["mechanisms"], "strict_refused": 8,
-                 "failed": 0}
+    assert s == {"combinations": 9, "path_rows": 0, "native": 1, "mechanisms": s["mechanisms"],
+                 "strict_refused": 8, "failed": 0}
     assert sum(1 for r in cuda_host_doc["rows"] if "marshal" in r["mechanisms"]) == s["mechanisms"]["marshal"]
 
 
@@ -160,3 +163,26 @@ def test_python_api_and_schema_rejects_a_broken_document(cuda_host_doc):
     broken = {**cuda_host_doc, "rows": [{**cuda_host_doc["rows"][0], "strict": "maybe"}]}
     with pytest.raises(SchemaError):
         validate(broken)
+
+
+def test_all_paths_runs_each_declared_alternative_as_its_own_row():
+    # a CUDA program on a rocm-like host: ZLUDA by default, HIPIFY as the declared alternative
+    where = ("--where", "framework=cuda-like", "--where", "compiler=cuda-like", "--where", "library=cuda-like",
+             "--where", "runtime=cuda-like", "--where", "driver=rocm-like")
+    code, out, err = run(*where, "--all-paths", "--spec", "tiny", "--jobs", "1", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    validate(doc)
+    assert doc["all_paths"] and doc["summary"]["combinations"] == 1 and doc["summary"]["path_rows"] == 1
+    default, ported = doc["rows"]
+    assert default["paths"] == [] and ported["paths"] == ["hipify-like"]
+    assert {c["name"] for c in default["crossings"]} == {"zluda-like"}
+    assert {c["name"] for c in ported["crossings"]} == {"hipify-like"}
+    assert all(c["forced"] for c in ported["crossings"])
+    # the port compiles for the target: nothing translated at load, so it loads faster
+    assert ported["load_s"] < default["load_s"] and ported["numerics_ok"] and default["numerics_ok"]
+    code, out, err = run(*where, "--all-paths", "--spec", "tiny", "--jobs", "1", env={"COLUMNS": "200"})
+    assert code == 0, err
+    assert "--path hipify-like" in out and "1 runs through another declared path" in " ".join(out.split())
+    res = CliRunner().invoke(main, ["compare", "--all-paths"])
+    assert res.exit_code != 0 and "--all-paths only go with --all-combos" in res.output
