@@ -72,6 +72,7 @@ def manifest(stack: Stack, workload: str, framework: str = "graph") -> JSON:
         "framework": framework,          # graph (built in the graph IR), torch (torch.nn) or jax
         # shape-only mode: no data ran, so numerics is empty and costs come from kernel estimates
         "meta": bool(getattr(cfg, "meta", False)),
+        "paths": list(getattr(cfg, "paths", ())),   # portability paths chosen by --path
     }
 
 
