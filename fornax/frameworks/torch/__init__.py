@@ -9,6 +9,7 @@
 * Graph path: ``torch.compile(model, backend="fornax")`` (the backend is an entry point
   of the package) and :func:`export` lower core ATen through the stack's compiler seam
   (:mod:`.graph`).
+* torch.distributed: the ``fornax`` backend (:mod:`.distributed`), one process per rank.
 * :func:`report` says what happened: routes per ATen op, fallbacks with reasons.
 
 Importing is idempotent: the backend is registered once per process.
@@ -16,16 +17,27 @@ Importing is idempotent: the backend is registered once per process.
 
 from __future__ import annotations
 
+from .distributed import register as _register_distributed
 from .register import register as _register
 from .session import DeviceError, current, use_stack
 
 _register()
+_register_distributed()      # dist.init_process_group("fornax")
 
 
 def report() -> dict:
     """What the torch front end did on the active stack: routes per ATen op (native,
-    decomposed, fallback with reasons, views) and live device memory."""
-    return current().report()
+    decomposed, fallback with reasons, views) and live device memory; with a torch.distributed
+    world whose group has the fornax backend, this rank's collectives (``distributed``)."""
+    from . import distributed
+    rep = current().report()
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            rep["distributed"] = distributed.report()
+    except (RuntimeError, ValueError):      # no default group: nothing to add
+        pass
+    return rep
 
 
 def stack():

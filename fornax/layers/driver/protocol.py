@@ -10,7 +10,7 @@ may lack are small named Protocols of their own (:class:`FaultMapping`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
@@ -137,6 +137,12 @@ class Queue(Protocol):
     def synchronize(self) -> None:
         """The host waits for everything submitted; a fault of that work is raised mapped to
         the family's code (and may make the context sticky or the device lost)."""
+    def enqueue(self, work: Callable[[], float], label: str, kind: str = "collective",
+                engine: str = "compute") -> None:
+        """Enqueue an operation whose effect ``work`` runs when the device reaches it and
+        returns its simulated duration in seconds (a collective whose data another process
+        moves: the work exchanges it, writes its result and prices the transfer).  A
+        :class:`~fornax.sim.faults.SimError` it raises fails the queue like a faulting kernel."""
 
 
 @runtime_checkable

@@ -299,6 +299,12 @@ class QueueBase:
             raise d.fail("peer_access_unsupported", f"device {a} is on no fabric", call=call)
         self._push(topology.egress(a, b), work, f"peer {a}->{b} {nbytes}B", "copy")
 
+    def enqueue(self, work: Work, label: str, kind: str = "collective", engine: str = "compute") -> None:
+        """An operation whose effect ``work`` runs when the device reaches it and returns its
+        simulated duration (the Queue Protocol's ``enqueue``)."""
+        self.driver.check(self.ctx, "launch")
+        self._push(engine, work, label, kind)
+
     # -- ordering ---------------------------------------------------------------
     def record(self) -> Marker:
         return Marker(self.sem, self.submitted)

@@ -1,0 +1,431 @@
+"""``ProcessGroupFornax``: torch.distributed's ProcessGroup for ``fornax`` tensors.
+
+One process per rank, each simulating its own device (as real clusters pin one process per
+GPU).  A collective on a fornax tensor is an operation on the process's *communication
+queue* (a stream of the active stack's runtime, like NCCL's internal stream):
+
+1. it waits for the work already issued on the caller's current stream (its inputs);
+2. when the device reaches it, it reads its inputs from simulated device memory, exchanges
+   them with the other ranks (:mod:`.exchange`: real bytes over gloo, with each rank's
+   arrival time), computes the result in the algorithm's summation order
+   (:func:`fornax.layers.collectives.order.reduce_in_order`, bit-identical on every rank)
+   and writes it into device memory;
+3. it lasts until the latest rank's arrival plus the collective's cost on the fabric
+   (:mod:`.timing`), so the ranks' simulated clocks line up at every collective;
+4. the caller's current stream waits for it, so later work sees the result.
+
+Collectives are issued on one queue per process in program order, which every rank shares,
+so their exchanges match up.  A peer that never joins (a dead process, a skipped call) makes
+the exchange time out after the group's timeout: the operation fails with the family's
+collective error (``ncclRemoteError``-like) naming the op, its sequence number and the rank,
+and every later wait on the device sees it.  Each collective is recorded (op, the family's
+call name, bytes, algorithm, simulated time, bus bandwidth) in :meth:`report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+from torch.futures import Future
+
+from ....layers.collectives.order import ArrayOps, reduce_in_order
+from ....layers.errors import ErrorTable, FornaxError
+from ....layers.runtime import NON_BLOCKING
+from ....sim.faults import SimError
+from ....sim.topology import Topology
+from .. import tensors as T
+from ..session import current
+from ..streams import current_runtime_stream
+from .exchange import Arrival, Exchange, ExchangeError
+from .timing import BUS, price
+
+BACKEND = "fornax"
+
+REDUCE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
+              dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max", dist.ReduceOp.BAND: "band",
+              dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor"}
+
+
+def _average(x: torch.Tensor, n: int) -> torch.Tensor:
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        return (x / n).to(x.dtype)
+    return torch.div(x, n, rounding_mode="floor")
+
+
+TORCH_OPS = ArrayOps(
+    combine={"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum,
+             "product": torch.mul, "band": torch.bitwise_and, "bor": torch.bitwise_or,
+             "bxor": torch.bitwise_xor},
+    concat=torch.cat, average=_average)
+
+
+class CollectiveFailed(SimError):
+    """A collective's exchange with the other ranks failed (the device op fails with it)."""
+
+    kind = "hang"
+
+    def __init__(self, error: FornaxError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _host(data: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """Bytes as a 1-D CPU tensor of ``dtype`` (a copy)."""
+    return torch.frombuffer(bytearray(data.tobytes()), dtype=torch.uint8).view(dtype) if data.size \
+        else torch.empty(0, dtype=dtype)
+
+
+def _bytes(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().view(torch.uint8).numpy() if t.numel() else np.empty(0, np.uint8)
+
+
+class ProcessGroupFornax(dist.ProcessGroup):
+    """A torch.distributed process group over the ranks' simulated devices."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
+        super().__init__(rank, size)
+        self.session = current()
+        stack = self.session.stack
+        lib = stack.vendors["library"]
+        facts = lib.facts["library"].get("collectives")
+        if not facts:
+            raise FornaxError(f"the {lib.name} library has no collectives: no torch.distributed "
+                              "backend on this stack", seam="library", vendor=lib.name)
+        self.facts: dict[str, Any] = facts
+        e = facts["errors"]
+        self.errors = ErrorTable(e["api"], e["codes"], e["conditions"], seam="library", vendor=lib.name)
+        self.family = lib.name
+        self.timeout = timeout
+        self.exchange = Exchange(store, rank, size, timeout)
+        self.topology = Topology.build(stack.spec, size, stack.config.topology) if size > 1 else None
+        runtime = self.session.runtime
+        self.stream = runtime.create_stream(NON_BLOCKING, in_order=True)
+        self.context = runtime.context()
+        self.seq = 0
+        self.records: list[dict[str, Any]] = []
+        self._group_name = ""
+        self._group_desc = ""
+
+    # -- names (DeviceMesh and the c10d registry read them) --------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        return BACKEND
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def call_name(self, op: str) -> str:
+        return str(self.facts["calls"].get(op, op))
+
+    # -- the one path every collective takes ---------------------------------------------------
+    def _error(self, condition: str, message: str, op: str, hint: str | None = None) -> FornaxError:
+        name = self.errors.faults.get(condition) or self.errors.faults["unknown"]
+        return self.errors.error(name, message, op=self.call_name(op), hint=hint)
+
+    def _check(self, tensors: Sequence[torch.Tensor], op: str) -> None:
+        for t in tensors:
+            if not T.is_fornax(t):
+                raise self._error("invalid_argument", f"the {BACKEND} backend takes fornax tensors, got one "
+                                  f"on {t.device}", op, hint="use a gloo group for CPU tensors "
+                                  "(init_process_group(\"cpu:gloo,fornax:fornax\"))")
+
+    def _run(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+             compute: Callable[[list[list[Arrival]]], list[np.ndarray]], nbytes: int,
+             exchange: Callable[[list[np.ndarray], float, str], list[list[Arrival]]] | None = None,
+             **where: Any) -> dist.Work:
+        """Enqueue ``op``: read ``inputs``, exchange, ``compute`` the outputs' bytes from every
+        rank's inputs (``[input][rank]``), write ``outputs``; priced for ``nbytes``."""
+        self._check([*inputs, *outputs], op)
+        self.seq += 1
+        seq = self.seq
+        ins = [t.contiguous() for t in inputs]
+        outs = [o if o.is_contiguous() else torch.empty_like(o, memory_format=torch.contiguous_format)
+                for o in outputs]
+        session = self.session
+        caller = current_runtime_stream(session)
+        src = [(T.address(t), t.numel() * t.element_size()) for t in ins]
+        dst = [(T.address(t), t.numel() * t.element_size()) for t in outs]
+        space, device = self.context.space, self.context.device
+        priced = price(self.topology, self.facts, op, nbytes, rank=self.rank(), **where)
+        call = self.call_name(op)
+        what = f"{call} (seq {seq}, rank {self.rank()} of {self.size()})"
+        move = exchange or self._all_gather
+
+        def work() -> float:
+            tl = device.timeline
+            now = tl.now
+            mine = [np.frombuffer(space.read(a, n), dtype=np.uint8) if n else np.empty(0, np.uint8)
+                    for a, n in src]
+            try:
+                got = move(mine, now, what)
+            except ExchangeError as exc:
+                raise CollectiveFailed(self._error(
+                    "missing_rank", f"{what} failed: {exc}", op,
+                    hint="a rank stopped participating or issued other collectives; every rank "
+                         "must make the same calls in the same order")) from None
+            results = compute(got)
+            for (a, n), data in zip(dst, results):
+                if n:
+                    space.write(a, data[:n].tobytes())
+            start = max([now, *(x.at for part in got for x in part)])
+            tl.annotate(reads=[(a, a + n, "in") for a, n in src], writes=[(a, a + n, "out") for a, n in dst],
+                        collective=call, seq=seq, bytes=nbytes, algorithm=priced.algorithm)
+            self._record(op, call, seq, nbytes, priced, start)
+            return (start - now) + priced.seconds
+
+        with session.lock:
+            self.stream.queue.wait(caller.queue.record())
+            self.stream.queue.enqueue(work, f"{call} seq {seq} {nbytes}B", "collective")
+            caller.queue.wait(self.stream.queue.record())
+        for o, tmp in zip(outputs, outs):
+            if tmp is not o:
+                o.copy_(tmp)
+        fut: Future = Future()
+        fut.set_result(list(outputs))
+        return _create_work_from_future(fut)
+
+    def _record(self, op: str, call: str, seq: int, nbytes: int, priced: Any, start: float) -> None:
+        n = self.size()
+        factor = BUS.get(op, lambda _: 1.0)(n) if n > 1 else 0.0
+        algbw = nbytes / priced.seconds if priced.seconds > 0 else 0.0
+        self.records.append({"seq": seq, "op": op, "call": call, "bytes": nbytes,
+                             "algorithm": priced.algorithm, "reason": priced.reason,
+                             "start_s": start, "simulated_s": priced.seconds,
+                             "algbw_gbps": algbw / 1e9, "busbw_gbps": algbw * factor / 1e9})
+
+    def _all_gather(self, mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
+        return [self.exchange.all_gather(m, at, what) for m in mine] if mine else \
+            [self.exchange.all_gather(np.empty(0, np.uint8), at, what)]
+
+    def _reduce_op(self, opts_op: Any, op: str) -> str:
+        # a ReduceOp compares equal to its RedOpType but does not hash like it
+        name = next((n for k, n in REDUCE_OPS.items() if opts_op == k), None)
+        if name is None:
+            raise self._error("invalid_argument", f"reduction {opts_op} is not supported by the "
+                              f"{BACKEND} backend", op, hint="use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or BXOR")
+        return name
+
+    def _reduced(self, parts: list[Arrival], dtype: torch.dtype, name: str, algorithm: str) -> np.ndarray:
+        xs = [_host(p.data, dtype) for p in parts]
+        out = reduce_in_order(xs, name, "tree" if algorithm == "tree" else "ring", TORCH_OPS)
+        return _bytes(out)
+
+    # -- collectives -------------------------------------------------------------------------------
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "all_reduce")
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        algorithm = price(self.topology, self.facts, "all_reduce", nbytes).algorithm
+        dtypes = [t.dtype for t in tensors]
+        return self._run("all_reduce", tensors, tensors,
+                         lambda got: [self._reduced(g, d, name, algorithm) for g, d in zip(got, dtypes)], nbytes)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        root = int(getattr(opts, "rootRank", 0))
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        return self._run("broadcast", tensors, tensors, lambda got: [g[root].data for g in got], nbytes,
+                         root=root)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        root = int(getattr(opts, "rootRank", 0))
+        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce")
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        dtypes = [t.dtype for t in tensors]
+        me = self.rank()
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            return [self._reduced(g, d, name, "tree") if me == root else g[me].data
+                    for g, d in zip(got, dtypes)]
+        return self._run("reduce", tensors, tensors, compute, nbytes, root=root)
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+                  opts: Any = None) -> dist.Work:
+        outs = [o for per in output_tensors for o in per]
+        nbytes = sum(o.numel() * o.element_size() for o in outs)
+        return self._run("all_gather", input_tensors, outs,
+                         lambda got: [g[r].data for g in got for r in range(self.size())], nbytes)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        nbytes = output.numel() * output.element_size()
+        return self._run("all_gather", [input], [output],
+                         lambda got: [np.concatenate([p.data for p in got[0]])], nbytes)
+
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        nbytes = sum(o.numel() * o.element_size() for o in outputs)
+        return self._run("all_gather", inputs, outputs,
+                         lambda got: [np.concatenate([p.data for p in g]) for g in got], nbytes)
+
+    def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                       opts: Any = None) -> dist.Work:
+        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce_scatter")
+        me = self.rank()
+        flat = [per[r] for per in input_tensors for r in range(self.size())]
+        nbytes = sum(t.numel() * t.element_size() for t in flat)
+        n = self.size()
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            # input j of the flat list is (output i, chunk r): reduce chunk ``me`` of each output
+            return [self._reduced(got[i * n + me], output_tensors[i].dtype, name, "ring")
+                    for i in range(len(output_tensors))]
+        return self._run("reduce_scatter", flat, output_tensors, compute, nbytes)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce_scatter")
+        me = self.rank()
+        chunk = output.numel() * output.element_size()
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            mine = [Arrival(p.data[me * chunk:(me + 1) * chunk], p.at) for p in got[0]]
+            return [self._reduced(mine, output.dtype, name, "ring")]
+        return self._run("reduce_scatter", [input], [output], compute, input.numel() * input.element_size())
+
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce_scatter")
+        me = self.rank()
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            out = []
+            for g, o in zip(got, outputs):
+                c = o.numel() * o.element_size()
+                out.append(self._reduced([Arrival(p.data[me * c:(me + 1) * c], p.at) for p in g], o.dtype,
+                                         name, "ring"))
+            return out
+        return self._run("reduce_scatter", inputs, outputs, compute,
+                         sum(t.numel() * t.element_size() for t in inputs))
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                      input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        n, me = self.size(), self.rank()
+        row = (input.element_size() * (input[0].numel() if input.dim() and input.shape[0] else 1)
+               if input.dim() else input.element_size())
+        splits = list(input_split_sizes) or [input.shape[0] // n if input.dim() else 0] * n
+        head = np.asarray(splits, dtype=np.int64).view(np.uint8)
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            pieces = []
+            for r, part in enumerate(got[0]):
+                their = part.data[:8 * n].view(np.int64)
+                off = 8 * n + int(their[:me].sum()) * row
+                pieces.append(part.data[off:off + int(their[me]) * row])
+            return [np.concatenate(pieces) if pieces else np.empty(0, np.uint8)]
+
+        def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
+            return [self.exchange.all_gather(np.concatenate([head, mine[0]]), at, what)]
+        return self._run("all_to_all", [input], [output], compute,
+                         input.numel() * input.element_size(), exchange=move)
+
+    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
+                 opts: Any = None) -> dist.Work:
+        me = self.rank()
+        nbytes = sum(t.numel() * t.element_size() for t in input_tensors)
+        # flat input list: input j goes to rank j; output r comes from rank r's input ``me``
+        return self._run("all_to_all", input_tensors, output_tensors,
+                         lambda got: [got[me][r].data for r in range(self.size())], nbytes)
+
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                opts: Any = None) -> dist.Work:
+        root, me = int(getattr(opts, "rootRank", 0)), self.rank()
+        ins = [t for per in input_tensors for t in per] if me == root else []
+        nbytes = output_tensors[0].numel() * output_tensors[0].element_size() * self.size()
+
+        def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
+            return [self.exchange.all_gather(np.concatenate(mine) if mine else np.empty(0, np.uint8), at, what)]
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            c = output_tensors[0].numel() * output_tensors[0].element_size()
+            return [got[0][root].data[me * c:(me + 1) * c]]
+        return self._run("scatter", ins, output_tensors, compute, nbytes, exchange=move, root=root)
+
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+               opts: Any = None) -> dist.Work:
+        root, me = int(getattr(opts, "rootRank", 0)), self.rank()
+        outs = [o for per in output_tensors for o in per] if me == root else []
+        nbytes = input_tensors[0].numel() * input_tensors[0].element_size() * self.size()
+        return self._run("gather", input_tensors, outs,
+                         lambda got: [p.data for p in got[0]] if me == root else [], nbytes, root=root)
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
+            self.exchange.flush(what)            # every send posted before it has arrived
+            return self._all_gather(mine, at, what)
+        work = self._run("barrier", [], [], lambda got: [], 4, exchange=move)
+        with self.session.lock:
+            self.session.runtime.stream_synchronize(current_runtime_stream(self.session))
+        return work
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+
+        def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
+            self.exchange.send(np.concatenate(mine) if mine else np.empty(0, np.uint8), at, dstRank, tag, what)
+            return [[Arrival(np.empty(0, np.uint8), at)]]
+        return self._run("send", tensors, [], lambda got: [], nbytes, exchange=move, peer=dstRank)
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        sizes = [t.numel() * t.element_size() for t in tensors]
+
+        def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
+            return [[self.exchange.recv(srcRank, tag, what)]]
+
+        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
+            data, out, off = got[0][0].data, [], 0
+            for n in sizes:
+                out.append(data[off:off + n])
+                off += n
+            return out
+        # the receiver reads nothing of its own; its outputs are the tensors
+        return self._run("recv", [], tensors, compute, nbytes, exchange=move, peer=srcRank)
+
+    # the names distributed_c10d calls on a ProcessGroup (the C++ ones dispatch to a backend)
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        return self._allgather_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> dist.Work:
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> dist.Work:
+        return self.allgather(output_lists, inputs, opts)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                          input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    # -- what happened ----------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        """This rank's collectives: the family's library, each call, and totals."""
+        return {"backend": BACKEND, "library": self.facts["name"], "family": self.family,
+                "rank": self.rank(), "world_size": self.size(),
+                "topology": self.topology.summary() if self.topology is not None else None,
+                "calls": len(self.records), "bytes": sum(r["bytes"] for r in self.records),
+                "simulated_s": sum(r["simulated_s"] for r in self.records),
+                "collectives": list(self.records)}

@@ -1,0 +1,120 @@
+"""torch.distributed on fornax: the ``fornax`` backend under torchrun, one process per rank,
+each simulating its own device — every collective against its CPU result, the ranks'
+simulated clocks meeting at each collective, DDP against single-process CPU training, on
+every family; a rank that skips a collective fails the others with the family's error."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import fornax.frameworks.torch  # noqa: F401  (registers the device and the backend)
+from fornax.frameworks.torch import distributed as fd
+from fornax.layers.collectives.order import reduce_in_order
+from fornax.layers.errors import FornaxError
+from fornax.stack import BUILTIN_FAMILIES, get_vendor
+
+LIBRARIES = {f: get_vendor(f).facts["library"]["collectives"]["name"] for f in BUILTIN_FAMILIES}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(tmp_path, nproc: int, *args: str, timeout: int = 300) -> tuple[subprocess.CompletedProcess, list]:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           f"--master-port={_port()}", "-m", "fornax.scenarios.distributed", "--out", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)
+             if (out / f"rank{r}.json").exists()]
+    return proc, ranks
+
+
+def test_two_ranks_under_torchrun_on_every_family(tmp_path):
+    proc, ranks = torchrun(tmp_path, 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(ranks) == 2
+    for rank, results in enumerate(ranks):
+        assert [r["family"] for r in results] == list(BUILTIN_FAMILIES)
+        for r in results:
+            failed = [k for k, ok in r["checks"].items() if not ok]
+            assert not failed and len(r["checks"]) == 15, (r["family"], failed)
+            assert r["clocks_meet"], r["family"]
+            assert r["ddp_max_abs_err"] < 1e-6, r["family"]
+            b = r["backend"]
+            assert b["backend"] == "fornax" and b["library"] == LIBRARIES[r["family"]]
+            assert b["rank"] == rank and b["world_size"] == 2 and b["calls"] == len(b["collectives"])
+            calls = {c["call"] for c in b["collectives"]}
+            facts = get_vendor(r["family"]).facts["library"]["collectives"]["calls"]
+            assert facts["all_reduce"] in calls and facts["all_gather"] in calls
+            for c in b["collectives"]:
+                assert c["simulated_s"] > 0 and c["bytes"] >= 0
+                if c["op"] == "all_reduce" and c["bytes"]:
+                    assert c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * 2 * (2 - 1) / 2)
+    # both ranks recorded the same collectives, at the same simulated start times
+    for a, b in zip(ranks[0], ranks[1]):
+        sa = [(c["seq"], c["op"], round(c["start_s"], 15)) for c in a["backend"]["collectives"]]
+        sb = [(c["seq"], c["op"], round(c["start_s"], 15)) for c in b["backend"]["collectives"]]
+        assert [s[:2] for s in sa] == [s[:2] for s in sb]
+        assert [s[2] for s in sa if s[1] != "send" and s[1] != "recv"] == \
+            [s[2] for s in sb if s[1] != "send" and s[1] != "recv"]
+    assert "cuda-like: 15/15 collectives match, clocks meet: True" in proc.stdout
+
+
+def test_a_rank_that_skips_a_collective_fails_the_other_with_the_family_code(tmp_path):
+    proc, ranks = torchrun(tmp_path, 2, "--families", "rocm-like", "--skip-on", "1", "--timeout", "5")
+    assert len(ranks) == 2, proc.stderr[-3000:]
+    err = ranks[0][0]["skip"]["error"]
+    assert err is not None and "ncclRemoteError" in err and "ncclAllReduce (seq" in err
+    assert "rank 0 of 2" in err and "GLHF" not in err and ".cc:" not in err
+    assert ranks[1][0]["skip"]["error"] is None
+
+
+def test_summation_order_is_the_in_process_communicators():
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(1001).astype(np.float32) for _ in range(4)]
+    ring = reduce_in_order(xs, "sum", "ring")
+    # chunk c starts at rank c+1 and goes round the ring
+    for c, idx in enumerate(np.array_split(np.arange(1001), 4)):
+        acc = xs[(c + 1) % 4][idx]
+        for k in range(2, 5):
+            acc = acc + xs[(c + k) % 4][idx]
+        assert np.array_equal(ring[idx], acc)
+    assert np.array_equal(reduce_in_order(xs, "sum", "tree"), (xs[0] + xs[1]) + (xs[2] + xs[3]))
+    assert np.array_equal(reduce_in_order(xs, "max"), np.maximum.reduce(xs))
+    assert np.array_equal(reduce_in_order([np.array([7, 9])] * 2, "avg"), np.array([7, 9]))
+    with pytest.raises(ValueError):
+        reduce_in_order(xs, "median")
+
+
+@pytest.fixture
+def world_of_one():
+    dist.init_process_group("fornax", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=timedelta(seconds=10))
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_world_of_one_and_clear_errors(world_of_one):
+    x = torch.arange(5, dtype=torch.float32, device="fornax")
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.arange(5, dtype=torch.float32))
+    rep = fd.report()
+    assert rep["world_size"] == 1 and rep["calls"] == 1 and rep["collectives"][0]["simulated_s"] == 0.0
+    with pytest.raises(FornaxError, match="takes fornax tensors"):
+        dist.all_reduce(torch.ones(2))
+    with pytest.raises(FornaxError, match="not supported"):
+        dist.all_reduce(torch.ones(2, device="fornax"), op=dist._make_nccl_premul_sum(2.0))
