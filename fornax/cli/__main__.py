@@ -1,5 +1,5 @@
 """``python -m fornax.cli``: the fornax command."""
 
-from .main import main
+from .entry import main
 
 main()

@@ -12,7 +12,9 @@ group over the world and checks, against values computed on the CPU:
 * that the ranks' simulated clocks meet at each collective (every rank's all_reduce ends at
   the same simulated time);
 * DDP: three SGD steps of a small MLP on each rank's shard of a batch give the weights
-  single-process CPU training on the whole batch gives.
+  single-process CPU training on the whole batch gives;
+* DTensor tensor parallelism on a DeviceMesh (ColwiseParallel / RowwiseParallel; a 2-D
+  data x tensor mesh on four or more ranks): forward and gradients as on the CPU.
 
 Each rank writes ``rank<R>.json`` to ``--out`` (what it checked, the collectives its backend
 recorded); rank 0 prints one line per family.  ``--skip-on RANK`` makes that rank skip the
@@ -129,6 +131,44 @@ def ddp(group: Any, rank: int, size: int, steps: int = 3) -> float:
                for a, b in zip(model.parameters(), ref.parameters()))
 
 
+def tensor_parallel(group: Any, rank: int, size: int) -> dict[str, float]:
+    """A 1-D DeviceMesh over the group's ranks (2-D, data x tensor, when the world is 4 or
+    more and even): the MLP's first Linear ColwiseParallel, its second RowwiseParallel
+    (DTensor); forward and gradients against the CPU model.  The largest differences."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    two_d = size >= 4 and size % 2 == 0
+    # the mesh is built from fornax groups made on this stack (every rank makes every group);
+    # its dimension names carry the family: DTensor caches plans by mesh equality, which
+    # compares layouts and names, not groups, and each family's mesh has its own groups
+    pg = fd.process_group(group)
+    tag = pg.family.removesuffix("-like") if pg is not None else "world"
+    dp_name, tp_name = f"dp_{tag}", f"tp_{tag}"
+    if two_d:
+        layout = torch.arange(size).reshape(size // 2, 2)
+        rows = [dist.new_group(layout[i].tolist(), backend="fornax") for i in range(size // 2)]
+        cols = [dist.new_group(layout[:, j].tolist(), backend="fornax") for j in range(2)]
+        mesh = DeviceMesh.from_group([cols[rank % 2], rows[rank // 2]], "fornax", mesh=layout,
+                                     mesh_dim_names=(dp_name, tp_name))
+    else:
+        mesh = DeviceMesh.from_group(group, "fornax", mesh_dim_names=(tp_name,))
+    tp_mesh = mesh[tp_name]
+    model, ref = _mlp().to("fornax"), _mlp()
+    parallelize_module(model, tp_mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4 * size, 8, generator=g)
+    dp = mesh.get_local_rank(dp_name) if two_d else 0
+    shard = x.chunk(size // 2 if two_d else 1)[dp]
+    out = model(shard.to("fornax"))
+    fwd = (out.detach().cpu() - ref(shard).detach()).abs().max().item()
+    out.sum().backward()
+    ref(shard).sum().backward()
+    grads: list[Any] = [p.grad for p in model.parameters()]    # DTensors: each rank's shard
+    grad = max((g.full_tensor().cpu() - q.grad).abs().max().item()
+               for g, q in zip(grads, ref.parameters()))
+    return {"mesh": list(mesh.mesh.shape), "forward_max_abs_err": fwd, "grad_max_abs_err": grad}
+
+
 def clocks_meet(group: Any, world: Any, size: int) -> bool:
     """Every rank's last all_reduce ends at the same simulated time."""
     x = torch.ones(1024, device="fornax")
@@ -151,6 +191,7 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
     out["checks"] = collectives(group, rank, size)
     out["clocks_meet"] = clocks_meet(group, world, size)
     out["ddp_max_abs_err"] = ddp(group, rank, size)
+    out["tensor_parallel"] = tensor_parallel(group, rank, size)
     if skip_on is not None:
         x = torch.ones(4, device="fornax")
         if rank != skip_on:
@@ -183,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             bad = [k for k, v in r["checks"].items() if not v]
             print(f"{r['family']}: {len(r['checks']) - len(bad)}/{len(r['checks'])} collectives match, "
                   f"clocks meet: {r['clocks_meet']}, DDP vs CPU max |dw| {r['ddp_max_abs_err']:.2e}, "
+                  f"DTensor TP on mesh {'x'.join(map(str, r['tensor_parallel']['mesh']))} max |dy| "
+                  f"{r['tensor_parallel']['forward_max_abs_err']:.2e}, "
                   f"{r['backend']['calls']} calls on {r['backend']['library']}"
                   + (f"; failed: {', '.join(bad)}" if bad else ""), flush=True)
     if args.skip_on is None:

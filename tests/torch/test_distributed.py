@@ -52,6 +52,8 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
             assert not failed and len(r["checks"]) == 15, (r["family"], failed)
             assert r["clocks_meet"], r["family"]
             assert r["ddp_max_abs_err"] < 1e-6, r["family"]
+            tp = r["tensor_parallel"]
+            assert tp["mesh"] == [2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
             b = r["backend"]
             assert b["backend"] == "fornax" and b["library"] == LIBRARIES[r["family"]]
             assert b["rank"] == rank and b["world_size"] == 2 and b["calls"] == len(b["collectives"])
@@ -70,6 +72,20 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
         assert [s[2] for s in sa if s[1] != "send" and s[1] != "recv"] == \
             [s[2] for s in sb if s[1] != "send" and s[1] != "recv"]
     assert "cuda-like: 15/15 collectives match, clocks meet: True" in proc.stdout
+
+
+def test_four_ranks_and_a_two_d_mesh(tmp_path):
+    proc, ranks = torchrun(tmp_path, 4, "--families", "xpu-like")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for results in ranks:
+        (r,) = results
+        assert all(r["checks"].values()) and r["clocks_meet"] and r["ddp_max_abs_err"] < 1e-6
+        tp = r["tensor_parallel"]
+        assert tp["mesh"] == [2, 2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
+        assert r["backend"]["world_size"] == 4 and r["backend"]["library"] == "oneccl-like"
+        # four ranks over the switch: the ring all-reduce's bus factor is 2(n-1)/n
+        ar = [c for c in r["backend"]["collectives"] if c["op"] == "all_reduce" and c["bytes"] >= 4096]
+        assert ar and all(c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * 1.5) for c in ar)
 
 
 def test_a_rank_that_skips_a_collective_fails_the_other_with_the_family_code(tmp_path):

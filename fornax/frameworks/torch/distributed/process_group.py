@@ -40,7 +40,7 @@ from ....layers.runtime import NON_BLOCKING
 from ....sim.faults import SimError
 from ....sim.topology import Topology
 from .. import tensors as T
-from ..session import current
+from ..session import TAG_SHIFT, current
 from ..streams import current_runtime_stream
 from .exchange import Arrival, Exchange, ExchangeError
 from .timing import BUS, price
@@ -109,26 +109,36 @@ class ProcessGroupFornax(dist.ProcessGroup):
         self.context = runtime.context()
         self.seq = 0
         self.records: list[dict[str, Any]] = []
-        self._group_name = ""
-        self._group_desc = ""
+        self._name = ""
+        self._desc = ""
 
-    # -- names (DeviceMesh and the c10d registry read them) --------------------------------------
+    # -- names: c10d registers the group under the name it sets here, and functional
+    # collectives, DTensor and DeviceMesh find it by ``group_name`` (a Python subclass keeps
+    # its own: the C++ base's setter does not reach a Python group's getter) ----------------------
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND
 
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return self._name
+
     @property
     def group_name(self) -> str:
-        return self._group_name
+        if not self._name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._name
 
-    def _set_group_name(self, name: str) -> None:
-        self._group_name = name
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self._desc
 
     @property
     def group_desc(self) -> str:
-        return self._group_desc
-
-    def _set_group_desc(self, desc: str) -> None:
-        self._group_desc = desc
+        return self._desc
 
     def call_name(self, op: str) -> str:
         return str(self.facts["calls"].get(op, op))
@@ -144,6 +154,11 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 raise self._error("invalid_argument", f"the {BACKEND} backend takes fornax tensors, got one "
                                   f"on {t.device}", op, hint="use a gloo group for CPU tensors "
                                   "(init_process_group(\"cpu:gloo,fornax:fornax\"))")
+            if t.numel() and (t.untyped_storage().data_ptr() >> TAG_SHIFT) != self.session.id:
+                raise self._error("invalid_argument", "the tensor lives on another fornax stack than "
+                                  "the one this group was made on", op,
+                                  hint="make the group (dist.new_group, the DeviceMesh) after "
+                                       "fornax.frameworks.torch.use_stack(), on the stack its tensors use")
 
     def _run(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
              compute: Callable[[list[list[Arrival]]], list[np.ndarray]], nbytes: int,
@@ -159,8 +174,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 for o in outputs]
         session = self.session
         caller = current_runtime_stream(session)
-        src = [(T.address(t), t.numel() * t.element_size()) for t in ins]
-        dst = [(T.address(t), t.numel() * t.element_size()) for t in outs]
+        src = [(T.address(t, session), t.numel() * t.element_size()) for t in ins]
+        dst = [(T.address(t, session), t.numel() * t.element_size()) for t in outs]
         space, device = self.context.space, self.context.device
         priced = price(self.topology, self.facts, op, nbytes, rank=self.rank(), **where)
         call = self.call_name(op)
