@@ -67,6 +67,7 @@ def manifest(stack: Stack, workload: str, framework: str = "graph") -> JSON:
         "spec": stack.spec.name,
         "spec_source": stack.spec.source,
         "devices": cfg.devices,
+        "nodes": getattr(cfg, "nodes", 1),        # the devices' nodes (the NIC tier joins them)
         "seed": cfg.seed,
         "workload": workload,
         "framework": framework,          # graph (built in the graph IR), torch (torch.nn) or jax

@@ -70,7 +70,8 @@ DEFAULT_SPEC = "h200-like"
 MAX_DEVICES = 1024
 MAX_MESH_DEVICES = 64
 
-_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate", "paths"}
+_STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate", "paths",
+               "nodes"}
 
 
 def _load_object(ref: str, name: str) -> Vendor:
@@ -137,11 +138,13 @@ class StackConfig:
     #: a chosen path that carries no crossing of the stack is an error (False: it is ignored,
     #: as ``fornax compare --all-combos --path`` wants over many stacks)
     paths_strict: bool = True
+    #: nodes the devices are spread over (equal consecutive blocks; joined by the NIC tier)
+    nodes: int = 1
 
     def describe(self) -> dict[str, Any]:
         return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
                 "topology": self.topology, "meta": self.meta, "translate": self.translate,
-                "fuse": self.fuse, "paths": list(self.paths)}
+                "fuse": self.fuse, "paths": list(self.paths), "nodes": self.nodes}
 
 
 def parse_seam_overrides(items: Iterable[object] | None) -> dict[str, str]:
@@ -163,13 +166,16 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 base: StackConfig | None = None, topology: str | None = None,
                 meta: bool | None = None, translate: bool | None = None,
                 fuse: bool | None = None, dump_ir: str | None = None,
-                paths: Iterable[str] | None = None) -> StackConfig:
+                paths: Iterable[str] | None = None, nodes: int | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
     if base is not None:
         cfg.topology = base.topology
+        cfg.nodes = base.nodes
     if topology is not None:
         cfg.topology = topology
+    if nodes is not None:
+        cfg.nodes = nodes
     cfg.meta = bool(meta) if meta is not None else (base.meta if base is not None else False)
     cfg.translate = (bool(translate) if translate is not None
                      else (base.translate if base is not None else True))
@@ -213,6 +219,10 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                           hint="a mesh links every pair of devices (real ones join 8); use the "
                                "switch or ring topology for more" if cfg.topology == "mesh" else
                                f"simulate at most {MAX_DEVICES} devices per process")
+    if (not isinstance(cfg.nodes, int) or isinstance(cfg.nodes, bool) or cfg.nodes < 1
+            or cfg.devices % cfg.nodes):
+        raise ConfigError(f"nodes must be a positive integer that divides the {cfg.devices} device(s) "
+                          f"evenly, got {cfg.nodes!r}", hint="e.g. --devices 8 --nodes 2: four devices a node")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {cfg.seed!r}")
     refs = vendor_refs()
@@ -266,6 +276,7 @@ def load_config(path: str | Path) -> StackConfig:
         raise ConfigError(f"config file {p}: paths must be a list of path names, got {paths!r}",
                           hint='e.g. paths = ["hipify-like"]')
     base.paths = tuple(paths)
+    base.nodes = stack.get("nodes", 1)
     return make_config(stack.get("vendor"), seams, base=base)
 
 
@@ -388,7 +399,7 @@ def compose(config: StackConfig) -> Stack:
     replays = ReplayCache()                  # one bounded recording cache for the stack's devices
     devices = [Device(spec, i, meta=config.meta, replays=replays) for i in range(config.devices)]
     try:
-        topology = Topology.build(spec, config.devices, config.topology)
+        topology = Topology.build(spec, config.devices, config.topology, config.nodes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     topology.connect(devices)

@@ -59,6 +59,9 @@ def main() -> None:
                    "mesh; the run uses device 0).")
 @click.option("--topology", default=None, metavar="KIND",
               help="Fabric between the devices: switch (default), mesh or ring.")
+@click.option("--nodes", type=int, default=None, metavar="N",
+              help="Spread the devices over N nodes (equal blocks): the topology joins a node's "
+                   "devices, the chip spec's NIC tier joins the nodes (default 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
 @click.option("--all", "all_rows", is_flag=True, default=False,
               help="Show every row of the long tables (kernels, races); default: the first 20 and "
@@ -83,7 +86,7 @@ def main() -> None:
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
-                dump_ir=None, framework="graph", all_rows=False, paths=()):
+                dump_ir=None, framework="graph", all_rows=False, paths=(), nodes=None):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
@@ -91,7 +94,7 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
     cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base,
                       devices=devices, topology=topology, meta=meta,
                       translate=False if no_translate else None,
-                      fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths)
+                      fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths, nodes=nodes)
     prep = prepare(cfg, framework, workload, origin="fornax compose")
     plan = None
     if inject:

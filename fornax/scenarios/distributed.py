@@ -11,6 +11,7 @@ group over the world and checks, against values computed on the CPU:
   scatter, gather, send/recv around a ring, barrier;
 * that the ranks' simulated clocks meet at each collective (every rank's all_reduce ends at
   the same simulated time);
+* that an async all_reduce overlaps a matmul issued before its ``wait()``;
 * DDP: three SGD steps of a small MLP on each rank's shard of a batch give the weights
   single-process CPU training on the whole batch gives;
 * DTensor tensor parallelism on a DeviceMesh (ColwiseParallel / RowwiseParallel; a 2-D
@@ -169,6 +170,26 @@ def tensor_parallel(group: Any, rank: int, size: int) -> dict[str, float]:
     return {"mesh": list(mesh.mesh.shape), "forward_max_abs_err": fwd, "grad_max_abs_err": grad}
 
 
+def overlap(group: Any) -> bool:
+    """An async all_reduce and a matmul issued before its ``wait()`` run at the same time on the
+    simulated device (the collective on the communication queue, the matmul on the stream)."""
+    grad = torch.ones(1 << 16, device="fornax")
+    a = torch.ones(256, 256, device="fornax")
+    getattr(torch, "fornax").synchronize()       # the device module fornax registers
+    work = dist.all_reduce(grad, group=group, async_op=True)
+    b = a @ a
+    work.wait()
+    b.cpu()
+    rep = fd.report(group)
+    if rep is None:
+        raise RuntimeError("the group has no fornax backend")
+    rec = rep["collectives"][-1]
+    start, end = rec["start_s"], rec["start_s"] + rec["simulated_s"]
+    timeline = ft.stack().devices[0].timeline
+    kernels = [r for r in timeline.records if r.kind == "kernel" and r.end > start and r.start < end]
+    return bool(kernels)
+
+
 def clocks_meet(group: Any, world: Any, size: int) -> bool:
     """Every rank's last all_reduce ends at the same simulated time."""
     x = torch.ones(1024, device="fornax")
@@ -190,6 +211,7 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
     out: dict[str, Any] = {"family": family}
     out["checks"] = collectives(group, rank, size)
     out["clocks_meet"] = clocks_meet(group, world, size)
+    out["overlap"] = overlap(group)
     out["ddp_max_abs_err"] = ddp(group, rank, size)
     out["tensor_parallel"] = tensor_parallel(group, rank, size)
     if skip_on is not None:
@@ -223,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             bad = [k for k, v in r["checks"].items() if not v]
             print(f"{r['family']}: {len(r['checks']) - len(bad)}/{len(r['checks'])} collectives match, "
-                  f"clocks meet: {r['clocks_meet']}, DDP vs CPU max |dw| {r['ddp_max_abs_err']:.2e}, "
+                  f"clocks meet: {r['clocks_meet']}, overlap: {r['overlap']}, DDP vs CPU max |dw| {r['ddp_max_abs_err']:.2e}, "
                   f"DTensor TP on mesh {'x'.join(map(str, r['tensor_parallel']['mesh']))} max |dy| "
                   f"{r['tensor_parallel']['forward_max_abs_err']:.2e}, "
                   f"{r['backend']['calls']} calls on {r['backend']['library']}"

@@ -31,6 +31,9 @@ _FIELDS: dict[str, tuple[type[Any], str]] = {
     "host_link_bandwidth": (float, "host link bandwidth per direction in bytes/s"),
     "peer_link_bandwidth": (float, "peer (device-to-device) bandwidth per direction per device in bytes/s"),
     "peer_link_latency_s": (float, "latency of one peer transfer in seconds"),
+    "nic_bandwidth": (float, "scale-out network bandwidth per device per direction in bytes/s (one "
+                             "NIC per device, as GPU nodes have: the inter-node tier)"),
+    "nic_latency_s": (float, "latency of one transfer between nodes in seconds"),
     "copy_engines": (int, "number of copy (DMA) engines"),
     "launch_latency_s": (float, "kernel launch latency in seconds"),
     "memory_latency_s": (float, "load-to-use latency of one HBM access in seconds"),
@@ -81,6 +84,8 @@ class ChipSpec:
     host_link_bandwidth: float
     peer_link_bandwidth: float
     peer_link_latency_s: float
+    nic_bandwidth: float
+    nic_latency_s: float
     copy_engines: int
     launch_latency_s: float
     memory_latency_s: float

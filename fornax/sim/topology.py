@@ -84,44 +84,70 @@ class Topology:
     link_latency_s: float          # latency of one hop, seconds
     port_bandwidth: float          # a device's total peer bandwidth per direction, bytes/s
     links: dict[_Link, float] = field(default_factory=dict)
+    #: the node each device is in (all 0 on one node); devices of a node share the intra-node
+    #: fabric of ``kind``, devices of different nodes talk through their NICs (the scale-out tier)
+    node_of: tuple[int, ...] = ()
+    nic_bandwidth: float = 0.0     # a device's NIC, bytes/s per direction
+    nic_latency_s: float = 0.0     # one transfer between nodes, seconds
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def build(cls, spec: ChipSpec, devices: int, kind: str = "switch") -> Topology:
-        """A fabric of ``kind`` over ``devices`` devices of chip ``spec``."""
+    def build(cls, spec: ChipSpec, devices: int, kind: str = "switch",
+              nodes: int | Sequence[int] = 1) -> Topology:
+        """A fabric of ``kind`` over ``devices`` devices of chip ``spec``, on ``nodes`` nodes:
+        a count (the devices split into equal consecutive blocks) or each device's node.
+        Within a node the devices are joined by ``kind``; between nodes every device has a
+        NIC of the spec's ``nic_bandwidth`` into a non-blocking network."""
         if kind not in KINDS:
             raise ValueError(
                 f"unknown topology {kind!r}; choose one of: {', '.join(KINDS)}"
             )
         if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
             raise ValueError(f"a topology needs a whole number of devices >= 1, got {devices!r}")
+        node_of = _nodes(devices, nodes)
         big_b = float(spec.peer_link_bandwidth)
-        n = devices
         links: dict[_Link, float] = {}
-        if kind == "switch":
-            bw = big_b
-            if n > 1:
-                for d in range(n):
-                    links[(d, "switch")] = bw
-                    links[("switch", d)] = bw
-        elif kind == "mesh":
-            bw = big_b / (n - 1) if n > 1 else big_b
-            for a in range(n):
-                for b in range(n):
-                    if a != b:
-                        links[(a, b)] = bw
-        else:  # ring
-            bw = big_b if n <= 2 else big_b / 2
-            if n > 1:
-                for d in range(n):
-                    links[(d, (d + 1) % n)] = bw
-                    links[((d + 1) % n, d)] = bw
-        return cls(kind=kind, devices=n, link_bandwidth=bw,
+        bw = big_b
+        many = len(set(node_of)) > 1
+        for node in sorted(set(node_of)):
+            members = [d for d in range(devices) if node_of[d] == node]
+            n = len(members)
+            hub = f"switch{node}" if many else "switch"
+            if kind == "switch":
+                bw = big_b
+                if n > 1:
+                    for d in members:
+                        links[(d, hub)] = bw
+                        links[(hub, d)] = bw
+            elif kind == "mesh":
+                bw = big_b / (n - 1) if n > 1 else big_b
+                for a in members:
+                    for b in members:
+                        if a != b:
+                            links[(a, b)] = bw
+            else:  # ring
+                bw = big_b if n <= 2 else big_b / 2
+                if n > 1:
+                    for i, d in enumerate(members):
+                        nxt = members[(i + 1) % n]
+                        links[(d, nxt)] = bw
+                        links[(nxt, d)] = bw
+        nic = float(spec.nic_bandwidth)
+        if many:
+            for d in range(devices):
+                links[(d, "net")] = nic
+                links[("net", d)] = nic
+        return cls(kind=kind, devices=devices, link_bandwidth=bw,
                    link_latency_s=float(spec.peer_link_latency_s), port_bandwidth=big_b,
-                   links=links)
+                   links=links, node_of=node_of, nic_bandwidth=nic,
+                   nic_latency_s=float(spec.nic_latency_s))
+
+    @property
+    def nodes(self) -> int:
+        return len(set(self.node_of)) if self.node_of else 1
 
     def summary(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "devices": self.devices,
             "link_bandwidth": self.link_bandwidth,
@@ -129,6 +155,9 @@ class Topology:
             "port_bandwidth": self.port_bandwidth,
             "links": len(self.links),
         }
+        if self.nodes > 1:
+            out.update(nodes=self.nodes, nic_bandwidth=self.nic_bandwidth, nic_latency_s=self.nic_latency_s)
+        return out
 
     # ---------------------------------------------------------------- devices
     def connect(self, devices: Sequence[Member]) -> None:
@@ -146,26 +175,40 @@ class Topology:
             for name in self.link_engines(dev.index):
                 dev.timeline.add_engine(name)
 
+    def _node(self, d: int) -> int:
+        return self.node_of[d] if self.node_of else 0
+
+    def _members(self, d: int) -> list[int]:
+        """The devices of ``d``'s node, in order."""
+        node = self._node(d)
+        return [x for x in range(self.devices) if self._node(x) == node]
+
     def link_engines(self, device: int) -> list[str]:
         """Timeline engines of ``device``'s outgoing peer links (one per link)."""
         self._check_device(device, "source")
-        if self.devices == 1:
-            return []
+        nic = ["peer-nic"] if self.nodes > 1 else []
+        members = self._members(device)
+        if len(members) == 1:
+            return nic
         if self.kind == "switch":
-            return ["peer"]
+            return ["peer", *nic]
         if self.kind == "mesh":
-            return [f"peer{d}" for d in range(self.devices) if d != device]
-        return ["peer+"] if self.devices == 2 else ["peer+", "peer-"]
+            return [*(f"peer{d}" for d in members if d != device), *nic]
+        return (["peer+"] if len(members) == 2 else ["peer+", "peer-"]) + nic
 
     def egress(self, src: int, dst: int) -> str:
         """The timeline engine (outgoing link of ``src``) a copy to ``dst`` starts on."""
         self.hops(src, dst)
+        if self._node(src) != self._node(dst):
+            return "peer-nic"
         if self.kind == "switch":
             return "peer"
         if self.kind == "mesh":
             return f"peer{dst}"
-        fwd = (dst - src) % self.devices
-        return "peer+" if fwd <= self.devices - fwd or self.devices == 2 else "peer-"
+        members = self._members(src)
+        n = len(members)
+        fwd = (members.index(dst) - members.index(src)) % n
+        return "peer+" if fwd <= n - fwd or n == 2 else "peer-"
 
     # ---------------------------------------------------------------- routing
     def _check_device(self, d: int, what: str) -> None:
@@ -180,26 +223,44 @@ class Topology:
             )
 
     def hops(self, src: int, dst: int) -> int:
-        """Device-to-device hops between ``src`` and ``dst`` (a switch traversal is one hop)."""
+        """Device-to-device hops between ``src`` and ``dst`` (a switch traversal is one hop; so is
+        the network between two nodes)."""
         self._check_device(src, "source")
         self._check_device(dst, "destination")
         if src == dst:
             return 0
+        if self._node(src) != self._node(dst):
+            return 1
         if self.kind == "ring":
-            fwd = (dst - src) % self.devices
-            return min(fwd, self.devices - fwd)
+            members = self._members(src)
+            n = len(members)
+            fwd = (members.index(dst) - members.index(src)) % n
+            return min(fwd, n - fwd)
         return 1
+
+    def latency(self, src: int, dst: int) -> float:
+        """The latency of one transfer from ``src`` to ``dst``: per hop within a node, the
+        network's between nodes."""
+        if self._node(src) != self._node(dst):
+            return self.nic_latency_s
+        return self.hops(src, dst) * self.link_latency_s
 
     def _routes(self, src: int, dst: int) -> list[tuple[list[_Link], float]]:
         """Paths from src to dst as (links, fraction of the bytes)."""
+        if self._node(src) != self._node(dst):
+            return [([(src, "net"), ("net", dst)], 1.0)]
         if self.kind == "switch":
-            return [([(src, "switch"), ("switch", dst)], 1.0)]
+            hub: Node = f"switch{self._node(src)}" if self.nodes > 1 else "switch"
+            return [([(src, hub), (hub, dst)], 1.0)]
         if self.kind == "mesh":
             return [([(src, dst)], 1.0)]
-        n = self.devices
-        fwd = (dst - src) % n
-        cw: list[tuple[Node, Node]] = [((src + i) % n, (src + i + 1) % n) for i in range(fwd)]
-        ccw: list[tuple[Node, Node]] = [((src - i) % n, (src - i - 1) % n) for i in range(n - fwd)]
+        members = self._members(src)
+        n = len(members)
+        i, j = members.index(src), members.index(dst)
+        fwd = (j - i) % n
+        cw: list[tuple[Node, Node]] = [(members[(i + k) % n], members[(i + k + 1) % n]) for k in range(fwd)]
+        ccw: list[tuple[Node, Node]] = [(members[(i - k) % n], members[(i - k - 1) % n])
+                                        for k in range(n - fwd)]
         if len(cw) < len(ccw):
             return [(cw, 1.0)]
         if len(ccw) < len(cw):
@@ -208,20 +269,22 @@ class Topology:
 
     def phase_time(self, transfers: list[tuple[int, int, float]]) -> float:
         """Time of a set of concurrent transfers ``(src, dst, nbytes)``:
-        ``alpha * max hops + max over links of (load / bandwidth)``."""
+        ``the largest latency of any transfer + max over links of (load / bandwidth)``."""
         load: dict[_Link, float] = {}
-        max_hops = 0
+        alpha = 0.0
+        moved = False
         for src, dst, nbytes in transfers:
             if src == dst:
                 continue
-            max_hops = max(max_hops, self.hops(src, dst))
+            moved = True
+            alpha = max(alpha, self.latency(src, dst))
             for path, frac in self._routes(src, dst):
                 for link in path:
                     load[link] = load.get(link, 0.0) + nbytes * frac
-        if not load and max_hops == 0:
+        if not load and not moved:
             return 0.0
         beta = max((b / self.links[link] for link, b in load.items()), default=0.0)
-        return max_hops * self.link_latency_s + beta
+        return alpha + beta
 
     # ---------------------------------------------------------------- point to point
     def peer_copy_time(self, nbytes: int, src: int, dst: int) -> float:
@@ -326,6 +389,25 @@ class Topology:
         if algorithm != "ring":
             raise ValueError(f"{op} is modelled with the ring algorithm only, got {algorithm!r}")
         return simple[op](nbytes)
+
+
+def _nodes(devices: int, nodes: int | Sequence[int]) -> tuple[int, ...]:
+    """Each device's node, from a node count (equal consecutive blocks) or an explicit list."""
+    if isinstance(nodes, bool):
+        raise ValueError(f"nodes must be a count or one node number per device, got {nodes!r}")
+    if isinstance(nodes, int):
+        if nodes < 1 or devices % nodes:
+            raise ValueError(f"{devices} devices do not split evenly over {nodes} node(s)")
+        per = devices // nodes
+        return tuple(d // per for d in range(devices))
+    try:
+        out = tuple(operator.index(n) for n in nodes)
+    except TypeError:
+        raise ValueError(f"nodes must be a count or one node number per device, got {nodes!r}") from None
+    if len(out) != devices or any(n < 0 for n in out):
+        raise ValueError(f"nodes must list one non-negative node number per device ({devices}), "
+                         f"got {list(out)!r}")
+    return out
 
 
 def _check_bytes(nbytes: int) -> None:

@@ -212,3 +212,27 @@ def test_connect_checks_the_device_list(spec):
         topo.connect([Device(spec, 0), Device(spec, 1)])
     with pytest.raises(ValueError, match="in order"):
         topo.connect([Device(spec, 0), Device(spec, 2), Device(spec, 1)])
+
+
+# -- the scale-out tier: nodes joined by NICs ---------------------------------------------------------
+def test_nodes_talk_through_their_nics_and_keep_their_own_fabric():
+    from fornax.sim.spec import load_spec
+    spec = load_spec("h200-like")
+    one = Topology.build(spec, 4, "switch")
+    two = Topology.build(spec, 4, "switch", nodes=2)
+    assert two.nodes == 2 and two.node_of == (0, 0, 1, 1) and one.nodes == 1
+    # inside a node: the peer link; across nodes: the NIC, at its bandwidth and latency
+    n = 1 << 26
+    assert two.peer_copy_time(n, 0, 1) == pytest.approx(one.peer_copy_time(n, 0, 1))
+    assert two.peer_copy_time(n, 1, 2) == pytest.approx(spec.nic_latency_s + n / spec.nic_bandwidth)
+    assert two.egress(0, 1) == "peer" and two.egress(0, 2) == "peer-nic"
+    assert "peer-nic" in two.link_engines(0) and "peer-nic" not in one.link_engines(0)
+    # a ring crossing nodes is bound by the NIC, far slower than NVLink-like links
+    assert two.allreduce_time(n) > 5 * one.allreduce_time(n)
+    assert two.summary()["nodes"] == 2 and "nodes" not in one.summary()
+    # an explicit node per device, and a ring within each node
+    ring = Topology.build(spec, 4, "ring", nodes=[0, 1, 0, 1])
+    assert ring.hops(0, 2) == 1 and ring.egress(0, 1) == "peer-nic" and ring.egress(0, 2) == "peer+"
+    for bad in (3, 0, [0, 1], [0, -1, 0, 1], "two"):
+        with pytest.raises(ValueError):
+            Topology.build(spec, 4, "switch", nodes=bad)

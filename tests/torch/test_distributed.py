@@ -20,6 +20,7 @@ import fornax.frameworks.torch  # noqa: F401  (registers the device and the back
 from fornax.frameworks.torch import distributed as fd
 from fornax.layers.collectives.order import reduce_in_order
 from fornax.layers.errors import FornaxError
+from fornax.sim.spec import load_spec
 from fornax.stack import BUILTIN_FAMILIES, get_vendor
 
 LIBRARIES = {f: get_vendor(f).facts["library"]["collectives"]["name"] for f in BUILTIN_FAMILIES}
@@ -50,7 +51,7 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
         for r in results:
             failed = [k for k, ok in r["checks"].items() if not ok]
             assert not failed and len(r["checks"]) == 15, (r["family"], failed)
-            assert r["clocks_meet"], r["family"]
+            assert r["clocks_meet"] and r["overlap"], r["family"]
             assert r["ddp_max_abs_err"] < 1e-6, r["family"]
             tp = r["tensor_parallel"]
             assert tp["mesh"] == [2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
@@ -71,7 +72,7 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
         assert [s[:2] for s in sa] == [s[:2] for s in sb]
         assert [s[2] for s in sa if s[1] != "send" and s[1] != "recv"] == \
             [s[2] for s in sb if s[1] != "send" and s[1] != "recv"]
-    assert "cuda-like: 15/15 collectives match, clocks meet: True" in proc.stdout
+    assert "cuda-like: 15/15 collectives match, clocks meet: True, overlap: True" in proc.stdout
 
 
 def test_four_ranks_and_a_two_d_mesh(tmp_path):
@@ -86,6 +87,29 @@ def test_four_ranks_and_a_two_d_mesh(tmp_path):
         # four ranks over the switch: the ring all-reduce's bus factor is 2(n-1)/n
         ar = [c for c in r["backend"]["collectives"] if c["op"] == "all_reduce" and c["bytes"] >= 4096]
         assert ar and all(c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * 1.5) for c in ar)
+
+
+def test_two_nodes_on_one_machine_talk_over_the_nic_tier(tmp_path):
+    """torchrun --nnodes 2 (one rank per node, static rendezvous on this machine): the ranks
+    are on different nodes, so the fabric between them is the NIC tier of the chip spec."""
+    port, out = _port(), tmp_path / "out"
+    cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+             f"--node-rank={r}", "--master-addr=127.0.0.1", f"--master-port={port}",
+             "-m", "fornax.scenarios.distributed", "--families", "cuda-like", "--out", str(out)]
+            for r in (0, 1)]
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+             for c in cmds]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs[0][-2000:] + errs[1][-2000:]
+    tiny = load_spec("tiny")                 # the scenario's chip
+    for r in (0, 1):
+        (res,) = json.loads((out / f"rank{r}.json").read_text())
+        assert all(res["checks"].values()) and res["clocks_meet"] and res["ddp_max_abs_err"] < 1e-6
+        b = res["backend"]
+        assert b["node_of"] == [0, 1] and b["topology"]["nodes"] == 2
+        assert b["topology"]["nic_bandwidth"] == tiny.nic_bandwidth
+        big = [c for c in b["collectives"] if c["op"] == "all_reduce" and c["bytes"] >= 1 << 18]
+        assert big and all(c["busbw_gbps"] <= tiny.nic_bandwidth / 1e9 for c in big)
 
 
 def test_a_rank_that_skips_a_collective_fails_the_other_with_the_family_code(tmp_path):

@@ -12,7 +12,8 @@ queue* (a stream of the active stack's runtime, like NCCL's internal stream):
    and writes it into device memory;
 3. it lasts until the latest rank's arrival plus the collective's cost on the fabric
    (:mod:`.timing`), so the ranks' simulated clocks line up at every collective;
-4. the caller's current stream waits for it, so later work sees the result.
+4. the returned work's ``wait()`` makes the caller's current stream wait for it, so work
+   issued before the wait overlaps the communication (:class:`FornaxWork`).
 
 Collectives are issued on one queue per process in program order, which every rank shares,
 so their exchanges match up.  A peer that never joins (a dead process, a skipped call) makes
@@ -24,6 +25,7 @@ call name, bytes, algorithm, simulated time, bus bandwidth) in :meth:`report`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -31,7 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from ....layers.collectives.order import ArrayOps, reduce_in_order
@@ -46,6 +47,8 @@ from .exchange import Arrival, Exchange, ExchangeError
 from .timing import BUS, price
 
 BACKEND = "fornax"
+#: the timeline engine collectives run on (a peer engine: the fabric, not the compute units)
+ENGINE = "peer-collectives"
 
 REDUCE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
               dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max", dist.ReduceOp.BAND: "band",
@@ -63,6 +66,52 @@ TORCH_OPS = ArrayOps(
              "product": torch.mul, "band": torch.bitwise_and, "bor": torch.bitwise_or,
              "bxor": torch.bitwise_xor},
     concat=torch.cat, average=_average)
+
+
+class FornaxWork(dist._Work):
+    """The handle of one collective: ``wait()`` (and ``synchronize()``, ``get_future()``) makes
+    the caller's current stream wait for the collective's operation, so work issued between
+    the call and the wait overlaps the communication on the simulated timeline, as with NCCL's
+    internal stream.  torch calls ``wait()`` itself for a synchronous collective."""
+
+    def __init__(self, pg: "ProcessGroupFornax", outputs: list[torch.Tensor], done: Any,
+                 copies: list[tuple[torch.Tensor, torch.Tensor]]):
+        super().__init__()
+        self._pg, self._outputs, self._done, self._copies = pg, outputs, done, copies
+        self._waited = False
+
+    def wait(self, timeout: Any = None) -> bool:
+        if not self._waited:
+            self._waited = True
+            session = self._pg.session
+            with session.lock:
+                current_runtime_stream(session).queue.wait(self._done)
+            for out, tmp in self._copies:          # a non-contiguous output gets its values now
+                out.copy_(tmp)
+        return True
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def block_current_stream(self) -> None:
+        self.wait()
+
+    def is_completed(self) -> bool:
+        return self._waited
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self) -> list[torch.Tensor]:
+        return self._outputs
+
+    def get_future(self) -> Future:
+        # torch's Future cannot make a stream wait on a fornax event (the Python device guard
+        # has no events), so a future's value is only safe once the caller's stream waits
+        self.wait()
+        fut: Future = Future()
+        fut.set_result(self._outputs)
+        return fut
 
 
 class CollectiveFailed(SimError):
@@ -103,14 +152,32 @@ class ProcessGroupFornax(dist.ProcessGroup):
         self.family = lib.name
         self.timeout = timeout
         self.exchange = Exchange(store, rank, size, timeout)
-        self.topology = Topology.build(stack.spec, size, stack.config.topology) if size > 1 else None
+        #: each member's node: torchrun runs LOCAL_WORLD_SIZE ranks per node, so global rank g
+        #: is on node g // LOCAL_WORLD_SIZE; members on different nodes talk over the NIC tier
+        self.node_of = self._nodes(size)
+        self.topology = (Topology.build(stack.spec, size, stack.config.topology, self.node_of)
+                         if size > 1 else None)
         runtime = self.session.runtime
         self.stream = runtime.create_stream(NON_BLOCKING, in_order=True)
         self.context = runtime.context()
+        # collectives run on the device's fabric engine, beside kernels and DMA copies (a peer
+        # engine of the timeline: what the links, not the compute units, are busy with)
+        timeline = self.context.device.timeline
+        if ENGINE not in timeline.engines:
+            timeline.add_engine(ENGINE)
         self.seq = 0
         self.records: list[dict[str, Any]] = []
         self._name = ""
         self._desc = ""
+
+    def _nodes(self, size: int) -> list[int]:
+        if size == 1:
+            return [0]
+        mine = int(os.environ.get("RANK", self.rank()))
+        per = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", size))))
+        got = self.exchange.all_gather(np.asarray([mine], dtype=np.int64).view(np.uint8), 0.0,
+                                       "the group's members and their nodes")
+        return [int(a.data.view(np.int64)[0]) // per for a in got]
 
     # -- names: c10d registers the group under the name it sets here, and functional
     # collectives, DTensor and DeviceMesh find it by ``group_name`` (a Python subclass keeps
@@ -206,14 +273,9 @@ class ProcessGroupFornax(dist.ProcessGroup):
 
         with session.lock:
             self.stream.queue.wait(caller.queue.record())
-            self.stream.queue.enqueue(work, f"{call} seq {seq} {nbytes}B", "collective")
-            caller.queue.wait(self.stream.queue.record())
-        for o, tmp in zip(outputs, outs):
-            if tmp is not o:
-                o.copy_(tmp)
-        fut: Future = Future()
-        fut.set_result(list(outputs))
-        return _create_work_from_future(fut)
+            self.stream.queue.enqueue(work, f"{call} seq {seq} {nbytes}B", "collective", engine=ENGINE)
+            done = self.stream.queue.record()
+        return FornaxWork(self, list(outputs), done, [(o, t) for o, t in zip(outputs, outs) if t is not o])
 
     def _record(self, op: str, call: str, seq: int, nbytes: int, priced: Any, start: float) -> None:
         n = self.size()
@@ -384,6 +446,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
             self.exchange.flush(what)            # every send posted before it has arrived
             return self._all_gather(mine, at, what)
         work = self._run("barrier", [], [], lambda got: [], 4, exchange=move)
+        work.wait()
         with self.session.lock:
             self.session.runtime.stream_synchronize(current_runtime_stream(self.session))
         return work
@@ -439,7 +502,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def report(self) -> dict[str, Any]:
         """This rank's collectives: the family's library, each call, and totals."""
         return {"backend": BACKEND, "library": self.facts["name"], "family": self.family,
-                "rank": self.rank(), "world_size": self.size(),
+                "rank": self.rank(), "world_size": self.size(), "node_of": list(self.node_of),
                 "topology": self.topology.summary() if self.topology is not None else None,
                 "calls": len(self.records), "bytes": sum(r["bytes"] for r in self.records),
                 "simulated_s": sum(r["simulated_s"] for r in self.records),
