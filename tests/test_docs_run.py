@@ -34,6 +34,8 @@ NOT_RUN = {
     "fornax conform runtime --impl": "names a third-party package (mypkg) the reader writes",
     "fornax conform driver --impl": "names a third-party package (my_vendor) the reader writes",
     "fornax compare --workload transformer-block": "a long comparison; tests/cli/test_compare.py runs compare",
+    "python -m torch.distributed.run --standalone --nproc-per-node 2 -m fornax.scenarios.distributed":
+        "tests/torch/test_distributed.py runs this program under torchrun on every family",
     "fornax compose --vendor cuda-like --meta --devices 8 --workload llama70b-step":
         "a 70B-parameter step in shape-only mode; tests/test_llm_step.py runs it",
 }

@@ -18,8 +18,9 @@ group over the world and checks, against values computed on the CPU:
   data x tensor mesh on four or more ranks): forward and gradients as on the CPU.
 
 Each rank writes ``rank<R>.json`` to ``--out`` (what it checked, the collectives its backend
-recorded); rank 0 prints one line per family.  ``--skip-on RANK`` makes that rank skip the
-last all_reduce, to show the others fail with the family's error instead of hanging.
+recorded); rank 0 prints one line per family.  ``--only`` runs some of the checks
+(collectives, clocks, overlap, ddp, tp); ``--skip-on RANK`` makes that rank skip one more
+all_reduce, to show the others fail with the family's error instead of hanging.
 """
 
 from __future__ import annotations
@@ -205,15 +206,25 @@ def clocks_meet(group: Any, world: Any, size: int) -> bool:
     return all(abs(e.item() - ends[0].item()) <= 1e-12 for e in ends)
 
 
-def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | None) -> dict[str, Any]:
+#: what the program checks, in order (``--only`` picks some)
+PARTS = ("collectives", "clocks", "overlap", "ddp", "tp")
+
+
+def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | None,
+               parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     ft.use_stack(family, spec="tiny")
     group = dist.new_group(backend="fornax", timeout=timedelta(seconds=20))
     out: dict[str, Any] = {"family": family}
-    out["checks"] = collectives(group, rank, size)
-    out["clocks_meet"] = clocks_meet(group, world, size)
-    out["overlap"] = overlap(group)
-    out["ddp_max_abs_err"] = ddp(group, rank, size)
-    out["tensor_parallel"] = tensor_parallel(group, rank, size)
+    if "collectives" in parts:
+        out["checks"] = collectives(group, rank, size)
+    if "clocks" in parts:
+        out["clocks_meet"] = clocks_meet(group, world, size)
+    if "overlap" in parts:
+        out["overlap"] = overlap(group)
+    if "ddp" in parts:
+        out["ddp_max_abs_err"] = ddp(group, rank, size)
+    if "tp" in parts:
+        out["tensor_parallel"] = tensor_parallel(group, rank, size)
     if skip_on is not None:
         x = torch.ones(4, device="fornax")
         if rank != skip_on:
@@ -227,29 +238,48 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
     return out
 
 
+def summary(r: dict[str, Any]) -> str:
+    """One family's results in a line."""
+    said = []
+    bad = [k for k, v in r.get("checks", {}).items() if not v]
+    if "checks" in r:
+        said.append(f"{len(r['checks']) - len(bad)}/{len(r['checks'])} collectives match")
+    if "clocks_meet" in r:
+        said.append(f"clocks meet: {r['clocks_meet']}")
+    if "overlap" in r:
+        said.append(f"overlap: {r['overlap']}")
+    if "ddp_max_abs_err" in r:
+        said.append(f"DDP vs CPU max |dw| {r['ddp_max_abs_err']:.2e}")
+    if "tensor_parallel" in r:
+        tp = r["tensor_parallel"]
+        said.append(f"DTensor TP on mesh {'x'.join(map(str, tp['mesh']))} max |dy| {tp['forward_max_abs_err']:.2e}")
+    said.append(f"{r['backend']['calls']} calls on {r['backend']['library']}")
+    return f"{r['family']}: {', '.join(said)}" + (f"; failed: {', '.join(bad)}" if bad else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fornax.scenarios.distributed")
     p.add_argument("--out", type=Path, default=None, help="folder for rank<R>.json")
     p.add_argument("--families", default=",".join(BUILTIN_FAMILIES))
     p.add_argument("--skip-on", type=int, default=None, help="this rank skips the last all_reduce")
     p.add_argument("--timeout", type=float, default=20.0)
+    p.add_argument("--only", default=",".join(PARTS),
+                   help=f"the checks to run, comma-separated (default all: {','.join(PARTS)})")
     args = p.parse_args(argv)
+    parts = tuple(x.strip() for x in args.only.split(",") if x.strip())
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        p.error(f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     dist.init_process_group("cpu:gloo", timeout=timedelta(seconds=args.timeout))
     rank, size = dist.get_rank(), dist.get_world_size()
     world = dist.group.WORLD
-    results = [run_family(f, world, rank, size, args.skip_on) for f in args.families.split(",")]
+    results = [run_family(f, world, rank, size, args.skip_on, parts) for f in args.families.split(",")]
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"rank{rank}.json").write_text(json.dumps(results, indent=1, default=str))
     if rank == 0:
         for r in results:
-            bad = [k for k, v in r["checks"].items() if not v]
-            print(f"{r['family']}: {len(r['checks']) - len(bad)}/{len(r['checks'])} collectives match, "
-                  f"clocks meet: {r['clocks_meet']}, overlap: {r['overlap']}, DDP vs CPU max |dw| {r['ddp_max_abs_err']:.2e}, "
-                  f"DTensor TP on mesh {'x'.join(map(str, r['tensor_parallel']['mesh']))} max |dy| "
-                  f"{r['tensor_parallel']['forward_max_abs_err']:.2e}, "
-                  f"{r['backend']['calls']} calls on {r['backend']['library']}"
-                  + (f"; failed: {', '.join(bad)}" if bad else ""), flush=True)
+            print(summary(r), flush=True)
     if args.skip_on is None:
         dist.destroy_process_group()
     else:                      # the group is broken by design: leave without its shutdown

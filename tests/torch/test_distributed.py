@@ -1,7 +1,8 @@
 """torch.distributed on fornax: the ``fornax`` backend under torchrun, one process per rank,
 each simulating its own device — every collective against its CPU result, the ranks'
 simulated clocks meeting at each collective, DDP against single-process CPU training, on
-every family; a rank that skips a collective fails the others with the family's error."""
+every family; two nodes over the NIC tier; a rank that skips a collective fails the others
+with the family's error."""
 
 from __future__ import annotations
 
@@ -76,11 +77,11 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
 
 
 def test_four_ranks_and_a_two_d_mesh(tmp_path):
-    proc, ranks = torchrun(tmp_path, 4, "--families", "xpu-like")
+    proc, ranks = torchrun(tmp_path, 4, "--families", "xpu-like", "--only", "collectives,clocks,tp")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for results in ranks:
         (r,) = results
-        assert all(r["checks"].values()) and r["clocks_meet"] and r["ddp_max_abs_err"] < 1e-6
+        assert all(r["checks"].values()) and r["clocks_meet"] and "ddp_max_abs_err" not in r
         tp = r["tensor_parallel"]
         assert tp["mesh"] == [2, 2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
         assert r["backend"]["world_size"] == 4 and r["backend"]["library"] == "oneccl-like"
@@ -89,13 +90,16 @@ def test_four_ranks_and_a_two_d_mesh(tmp_path):
         assert ar and all(c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * 1.5) for c in ar)
 
 
-def test_two_nodes_on_one_machine_talk_over_the_nic_tier(tmp_path):
+def test_two_nodes_on_one_machine_and_a_rank_that_skips_a_collective(tmp_path):
     """torchrun --nnodes 2 (one rank per node, static rendezvous on this machine): the ranks
-    are on different nodes, so the fabric between them is the NIC tier of the chip spec."""
+    are on different nodes, so the fabric between them is the NIC tier of the chip spec.  At
+    the end rank 1 skips an all_reduce: rank 0's fails with the family's collective error,
+    naming the call, its sequence number and the rank, instead of hanging."""
     port, out = _port(), tmp_path / "out"
     cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
              f"--node-rank={r}", "--master-addr=127.0.0.1", f"--master-port={port}",
-             "-m", "fornax.scenarios.distributed", "--families", "cuda-like", "--out", str(out)]
+             "-m", "fornax.scenarios.distributed", "--families", "rocm-like", "--only", "collectives,clocks,overlap",
+             "--skip-on", "1", "--timeout", "5", "--out", str(out)]
             for r in (0, 1)]
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for c in cmds]
@@ -104,21 +108,17 @@ def test_two_nodes_on_one_machine_talk_over_the_nic_tier(tmp_path):
     tiny = load_spec("tiny")                 # the scenario's chip
     for r in (0, 1):
         (res,) = json.loads((out / f"rank{r}.json").read_text())
-        assert all(res["checks"].values()) and res["clocks_meet"] and res["ddp_max_abs_err"] < 1e-6
+        assert all(res["checks"].values()) and res["clocks_meet"] and res["overlap"]
         b = res["backend"]
         assert b["node_of"] == [0, 1] and b["topology"]["nodes"] == 2
         assert b["topology"]["nic_bandwidth"] == tiny.nic_bandwidth
         big = [c for c in b["collectives"] if c["op"] == "all_reduce" and c["bytes"] >= 1 << 18]
         assert big and all(c["busbw_gbps"] <= tiny.nic_bandwidth / 1e9 for c in big)
-
-
-def test_a_rank_that_skips_a_collective_fails_the_other_with_the_family_code(tmp_path):
-    proc, ranks = torchrun(tmp_path, 2, "--families", "rocm-like", "--skip-on", "1", "--timeout", "5")
-    assert len(ranks) == 2, proc.stderr[-3000:]
-    err = ranks[0][0]["skip"]["error"]
+        assert b["library"] == "rccl-like"
+    err = json.loads((out / "rank0.json").read_text())[0]["skip"]["error"]
     assert err is not None and "ncclRemoteError" in err and "ncclAllReduce (seq" in err
     assert "rank 0 of 2" in err and "GLHF" not in err and ".cc:" not in err
-    assert ranks[1][0]["skip"]["error"] is None
+    assert json.loads((out / "rank1.json").read_text())[0]["skip"]["error"] is None
 
 
 def test_summation_order_is_the_in_process_communicators():
