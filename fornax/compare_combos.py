@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .compare import FRAMEWORKS, execute, max_rel_err, prepare, resolve_workload
@@ -272,7 +272,7 @@ def sweep(combos: list[dict[str, str]], *, framework: str = "graph", workload: s
     by_key = {sort_key(r.seams): r for r in rows}
     shown = [by_key[sort_key(c)] for c in asked]
     if all_paths:
-        more = [Job(j.seams, j.framework, j.workload, j.spec, j.seed, j.debug, (alt,))
+        more = [replace(j, paths=(alt,))
                 for r, j in zip(rows, job_list) if sort_key(r.seams) in keys
                 for alt in alternatives(r)]
         if more:
@@ -294,7 +294,7 @@ def sweep(combos: list[dict[str, str]], *, framework: str = "graph", workload: s
                   "load_s": by_key[k].load_s, "status": by_key[k].status, "in_rows": k in keys}
                  for k in sorted({sort_key(native_of(c)) for c in asked})]
     return {"schema": SCHEMA, "workload": wl.name, "framework": framework, "spec": spec,
-            "seed": seed, "where": dict(where or {}), "jobs": jobs or os.cpu_count() or 1,
+            "seed": seed, "where": dict(where or {}), "jobs": workers,
             "all_paths": all_paths,
             "elapsed_s": elapsed, "rows": [r.to_dict() for r in shown], "baselines": baselines,
             "summary": summary(shown), "ok": all(r.status == "ok" for r in shown)}

@@ -486,7 +486,7 @@ def compose(config: StackConfig) -> Stack:
         negotiation["translation"] = {"path": p.name, "from": p.from_format, "to": p.to_format,
                                       "declared_by": p.vendor, "source_target": translator.source_arch,
                                       "driver_format": p.to_format}
-    order = ("framework/runtime", "runtime/driver", "compiler/driver", "library/driver")
-    negotiation["crossings"] = [c.to_dict() for c in sorted(crossings, key=lambda c: order.index(c.boundary))]
+    # in boundary order: framework/runtime, runtime/driver, compiler/driver, library/driver
+    negotiation["crossings"] = [c.to_dict() for c in crossings]
     return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
                  target, negotiation, topology)

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from fornax.cli.main import main
 from fornax.compare import execute, prepare
 from fornax.layers.errors import ConfigError
-from fornax.layers.marshal import BASES, MarshallingLibrary, marshal_paths
+from fornax.layers.marshal import MarshallingLibrary, marshal_paths
+from fornax.layers.portability import BASES
 from fornax.layers.translate import translation_paths
 from fornax.sim.cost import kernel_cost
 from fornax.sim.counters import Counters

@@ -36,11 +36,9 @@ from .call_record import CallRecord
 from .collectives import Communicator
 from .errors import ConfigError
 from .library import Library
-from .portability import declared_tables
+from .portability import declared_basis, declared_tables
 
 _KEYS = {"backend", "name", "real_name", "per_call_s", "basis", "why"}
-#: what a path's cost figures may rest on (``basis``)
-BASES = ("vendor figure", "published measurement", "modelling assumption")
 #: spends simulated host time for one call on ``stream`` (None: the current device's default)
 HostCharge = Callable[[Any, float], None]
 
@@ -70,12 +68,8 @@ def marshal_paths(facts: dict[str, Any], vendor: str) -> list[MarshalPath]:
         cost = t.get("per_call_s", 0.0)
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
             raise ConfigError(f"{where}: per_call_s must be a non-negative number", vendor=vendor)
-        basis = t.get("basis", "")
-        if basis and basis not in BASES:
-            raise ConfigError(f"{where}: basis must be one of {', '.join(BASES)}, got {basis!r}",
-                              vendor=vendor)
         out.append(MarshalPath(str(t.get("name", f"{vendor}->{backend}")), vendor, backend,
-                               str(t.get("real_name", "")), float(cost), str(basis)))
+                               str(t.get("real_name", "")), float(cost), declared_basis(t, where, vendor)))
     return out
 
 

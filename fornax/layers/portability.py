@@ -32,6 +32,9 @@ from typing import Any
 
 from .errors import ConfigError
 
+#: what a path's cost figures may rest on (the ``basis`` key of a declared path)
+BASES = ("vendor figure", "published measurement", "modelling assumption")
+
 #: the label of a crossing no family declares
 GENERIC = "generic adapter"
 GENERIC_NAME = "none: fornax's own adapter, no real-world counterpart"
@@ -58,6 +61,14 @@ class Crossing:
                 "mechanism": self.mechanism, "name": self.name, "real_name": self.real_name,
                 "declared_by": self.declared_by, "basis": self.basis,
                 "alternatives": list(self.alternatives), "forced": self.forced}
+
+
+def declared_basis(t: dict[str, Any], where: str, vendor: str) -> str:
+    """The ``basis`` of a declared path (one of :data:`BASES`, or empty when it gives none)."""
+    basis = t.get("basis", "")
+    if basis and basis not in BASES:
+        raise ConfigError(f"{where}: basis must be one of {', '.join(BASES)}, got {basis!r}", vendor=vendor)
+    return str(basis)
 
 
 def declared_tables(raw: Any, vendor: str, table: str, keys: set[str]) -> list[dict[str, Any]]:

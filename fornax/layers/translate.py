@@ -32,7 +32,7 @@ from .binary import ContainerError, Encoder, KernelBinary
 from .compiler import CompiledGraph, CompileOptions, Compiler, ProgramEmitter, Target
 from .errors import BinaryError, CompileError, ConfigError, FornaxError
 from .graph import Graph
-from .portability import declared_tables
+from .portability import declared_basis, declared_tables
 
 #: decoder: a source-format binary -> its kernels by name (raises ContainerError/InvalidProgram)
 Decoder = Callable[[KernelBinary], dict[str, Program]]
@@ -46,8 +46,6 @@ _PATH_KEYS = {"name", "from", "to", "cost_s", "cost_s_per_kib", "real_name", "ba
 #: deliberately (``[[portability.compiler]]`` with ``mechanism = "port"``, chosen only with
 #: ``--path``).  Negotiation tries them in this order.
 MECHANISMS = ("cross-compile", "translate", "port")
-#: what a path's cost figures rest on (``basis``)
-BASES = ("vendor figure", "published measurement", "modelling assumption")
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class TranslationPath:
     cost_s_per_kib: float = 0.0
     mechanism: str = "translate"   # one of MECHANISMS
     real_name: str = ""            # what the path is called in the real world
-    basis: str = ""                # one of BASES when the path declares a cost
+    basis: str = ""                # one of portability.BASES when the path declares a cost
 
     def cost(self, nbytes: int) -> float:
         """Simulated translation time for a source binary of ``nbytes``."""
@@ -93,10 +91,7 @@ def _paths(raw: Any, vendor: str, table: str, mechanism: str,
         if mechanisms and how not in mechanisms:
             raise ConfigError(f"{where}: mechanism must be one of {', '.join(mechanisms)}, got {how!r}",
                               vendor=vendor)
-        basis = t.get("basis", "")
-        if basis and basis not in BASES:
-            raise ConfigError(f"{where}: basis must be one of {', '.join(BASES)}, got {basis!r}",
-                              vendor=vendor)
+        basis = declared_basis(t, where, vendor)
         for key in ("from", "to"):
             if not isinstance(t.get(key), str) or not t[key]:
                 raise ConfigError(f"{where}: {key} must be a format name", vendor=vendor)
@@ -109,7 +104,7 @@ def _paths(raw: Any, vendor: str, table: str, mechanism: str,
             costs[key] = float(v)
         name = t.get("name", f"{t['from']}->{t['to']}")
         out.append(TranslationPath(str(name), t["from"], t["to"], vendor, **costs, mechanism=how,
-                                   real_name=str(t.get("real_name", "")), basis=str(basis)))
+                                   real_name=str(t.get("real_name", "")), basis=basis))
     return out
 
 

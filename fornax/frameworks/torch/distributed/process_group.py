@@ -25,6 +25,7 @@ call name, bytes, algorithm, simulated time, bus bandwidth) in :meth:`report`.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -44,7 +45,7 @@ from .. import tensors as T
 from ..session import TAG_SHIFT, current
 from ..streams import current_runtime_stream
 from .exchange import Arrival, Exchange, ExchangeError
-from .timing import BUS, price
+from .timing import BUS, Priced, price
 
 BACKEND = "fornax"
 #: the timeline engine collectives run on (a peer engine: the fabric, not the compute units)
@@ -128,6 +129,11 @@ def _host(data: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """Bytes as a 1-D CPU tensor of ``dtype`` (a copy)."""
     return torch.frombuffer(bytearray(data.tobytes()), dtype=torch.uint8).view(dtype) if data.size \
         else torch.empty(0, dtype=dtype)
+
+
+def _size(tensors: Sequence[torch.Tensor]) -> int:
+    """Bytes of the tensors' elements."""
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _bytes(t: torch.Tensor) -> np.ndarray:
@@ -230,7 +236,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def _run(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
              compute: Callable[[list[list[Arrival]]], list[np.ndarray]], nbytes: int,
              exchange: Callable[[list[np.ndarray], float, str], list[list[Arrival]]] | None = None,
-             **where: Any) -> dist.Work:
+             priced: Priced | None = None, **where: Any) -> dist.Work:
         """Enqueue ``op``: read ``inputs``, exchange, ``compute`` the outputs' bytes from every
         rank's inputs (``[input][rank]``), write ``outputs``; priced for ``nbytes``."""
         self._check([*inputs, *outputs], op)
@@ -241,10 +247,10 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 for o in outputs]
         session = self.session
         caller = current_runtime_stream(session)
-        src = [(T.address(t, session), t.numel() * t.element_size()) for t in ins]
-        dst = [(T.address(t, session), t.numel() * t.element_size()) for t in outs]
+        src = [(T.address(t, session), _size([t])) for t in ins]
+        dst = [(T.address(t, session), _size([t])) for t in outs]
         space, device = self.context.space, self.context.device
-        priced = price(self.topology, self.facts, op, nbytes, rank=self.rank(), **where)
+        priced = priced or price(self.topology, self.facts, op, nbytes, rank=self.rank(), **where)
         call = self.call_name(op)
         what = f"{call} (seq {seq}, rank {self.rank()} of {self.size()})"
         move = exchange or self._all_gather
@@ -290,7 +296,9 @@ class ProcessGroupFornax(dist.ProcessGroup):
         return [self.exchange.all_gather(m, at, what) for m in mine] if mine else \
             [self.exchange.all_gather(np.empty(0, np.uint8), at, what)]
 
-    def _reduce_op(self, opts_op: Any, op: str) -> str:
+    def _reduce_op(self, opts: Any, op: str) -> str:
+        """The reduction ``opts`` asks for (SUM when it names none), by its fornax name."""
+        opts_op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
         # a ReduceOp compares equal to its RedOpType but does not hash like it
         name = next((n for k, n in REDUCE_OPS.items() if opts_op == k), None)
         if name is None:
@@ -305,26 +313,27 @@ class ProcessGroupFornax(dist.ProcessGroup):
 
     # -- collectives -------------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
-        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "all_reduce")
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        algorithm = price(self.topology, self.facts, "all_reduce", nbytes).algorithm
+        name = self._reduce_op(opts, "all_reduce")
+        nbytes = _size(tensors)
+        priced = price(self.topology, self.facts, "all_reduce", nbytes)     # the algorithm sums in its order
         dtypes = [t.dtype for t in tensors]
         return self._run("all_reduce", tensors, tensors,
-                         lambda got: [self._reduced(g, d, name, algorithm) for g, d in zip(got, dtypes)], nbytes)
+                         lambda got: [self._reduced(g, d, name, priced.algorithm) for g, d in zip(got, dtypes)],
+                         nbytes, priced=priced)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         root = int(getattr(opts, "rootRank", 0))
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        nbytes = _size(tensors)
         return self._run("broadcast", tensors, tensors, lambda got: [g[root].data for g in got], nbytes,
                          root=root)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         root = int(getattr(opts, "rootRank", 0))
-        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce")
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        name = self._reduce_op(opts, "reduce")
+        nbytes = _size(tensors)
         dtypes = [t.dtype for t in tensors]
         me = self.rank()
 
@@ -336,27 +345,25 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None) -> dist.Work:
         outs = [o for per in output_tensors for o in per]
-        nbytes = sum(o.numel() * o.element_size() for o in outs)
+        nbytes = _size(outs)
         return self._run("all_gather", input_tensors, outs,
                          lambda got: [g[r].data for g in got for r in range(self.size())], nbytes)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
-        nbytes = output.numel() * output.element_size()
-        return self._run("all_gather", [input], [output],
-                         lambda got: [np.concatenate([p.data for p in got[0]])], nbytes)
+        return self.allgather_into_tensor_coalesced([output], [input], opts)
 
     def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> dist.Work:
-        nbytes = sum(o.numel() * o.element_size() for o in outputs)
+        nbytes = _size(outputs)
         return self._run("all_gather", inputs, outputs,
                          lambda got: [np.concatenate([p.data for p in g]) for g in got], nbytes)
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                        opts: Any = None) -> dist.Work:
-        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce_scatter")
+        name = self._reduce_op(opts, "reduce_scatter")
         me = self.rank()
         flat = [per[r] for per in input_tensors for r in range(self.size())]
-        nbytes = sum(t.numel() * t.element_size() for t in flat)
+        nbytes = _size(flat)
         n = self.size()
 
         def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
@@ -366,41 +373,33 @@ class ProcessGroupFornax(dist.ProcessGroup):
         return self._run("reduce_scatter", flat, output_tensors, compute, nbytes)
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
-        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce_scatter")
-        me = self.rank()
-        chunk = output.numel() * output.element_size()
-
-        def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
-            mine = [Arrival(p.data[me * chunk:(me + 1) * chunk], p.at) for p in got[0]]
-            return [self._reduced(mine, output.dtype, name, "ring")]
-        return self._run("reduce_scatter", [input], [output], compute, input.numel() * input.element_size())
+        return self.reduce_scatter_tensor_coalesced([output], [input], opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> dist.Work:
-        name = self._reduce_op(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "reduce_scatter")
+        name = self._reduce_op(opts, "reduce_scatter")
         me = self.rank()
 
         def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
             out = []
             for g, o in zip(got, outputs):
-                c = o.numel() * o.element_size()
+                c = _size([o])
                 out.append(self._reduced([Arrival(p.data[me * c:(me + 1) * c], p.at) for p in g], o.dtype,
                                          name, "ring"))
             return out
         return self._run("reduce_scatter", inputs, outputs, compute,
-                         sum(t.numel() * t.element_size() for t in inputs))
+                         _size(inputs))
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = None) -> dist.Work:
         n, me = self.size(), self.rank()
-        row = (input.element_size() * (input[0].numel() if input.dim() and input.shape[0] else 1)
-               if input.dim() else input.element_size())
+        row = input.element_size() * math.prod(input.shape[1:])      # bytes of one row of dim 0
         splits = list(input_split_sizes) or [input.shape[0] // n if input.dim() else 0] * n
         head = np.asarray(splits, dtype=np.int64).view(np.uint8)
 
         def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
             pieces = []
-            for r, part in enumerate(got[0]):
+            for part in got[0]:
                 their = part.data[:8 * n].view(np.int64)
                 off = 8 * n + int(their[:me].sum()) * row
                 pieces.append(part.data[off:off + int(their[me]) * row])
@@ -409,12 +408,12 @@ class ProcessGroupFornax(dist.ProcessGroup):
         def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
             return [self.exchange.all_gather(np.concatenate([head, mine[0]]), at, what)]
         return self._run("all_to_all", [input], [output], compute,
-                         input.numel() * input.element_size(), exchange=move)
+                         _size([input]), exchange=move)
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
                  opts: Any = None) -> dist.Work:
         me = self.rank()
-        nbytes = sum(t.numel() * t.element_size() for t in input_tensors)
+        nbytes = _size(input_tensors)
         # flat input list: input j goes to rank j; output r comes from rank r's input ``me``
         return self._run("all_to_all", input_tensors, output_tensors,
                          lambda got: [got[me][r].data for r in range(self.size())], nbytes)
@@ -423,13 +422,13 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 opts: Any = None) -> dist.Work:
         root, me = int(getattr(opts, "rootRank", 0)), self.rank()
         ins = [t for per in input_tensors for t in per] if me == root else []
-        nbytes = output_tensors[0].numel() * output_tensors[0].element_size() * self.size()
+        nbytes = _size(output_tensors[:1]) * self.size()
 
         def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
             return [self.exchange.all_gather(np.concatenate(mine) if mine else np.empty(0, np.uint8), at, what)]
 
         def compute(got: list[list[Arrival]]) -> list[np.ndarray]:
-            c = output_tensors[0].numel() * output_tensors[0].element_size()
+            c = _size(output_tensors[:1])
             return [got[0][root].data[me * c:(me + 1) * c]]
         return self._run("scatter", ins, output_tensors, compute, nbytes, exchange=move, root=root)
 
@@ -437,7 +436,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
                opts: Any = None) -> dist.Work:
         root, me = int(getattr(opts, "rootRank", 0)), self.rank()
         outs = [o for per in output_tensors for o in per] if me == root else []
-        nbytes = input_tensors[0].numel() * input_tensors[0].element_size() * self.size()
+        nbytes = _size(input_tensors[:1]) * self.size()
         return self._run("gather", input_tensors, outs,
                          lambda got: [p.data for p in got[0]] if me == root else [], nbytes, root=root)
 
@@ -452,7 +451,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
         return work
 
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        nbytes = _size(tensors)
 
         def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
             self.exchange.send(np.concatenate(mine) if mine else np.empty(0, np.uint8), at, dstRank, tag, what)
@@ -460,8 +459,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
         return self._run("send", tensors, [], lambda got: [], nbytes, exchange=move, peer=dstRank)
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        sizes = [t.numel() * t.element_size() for t in tensors]
+        nbytes = _size(tensors)
+        sizes = [_size([t]) for t in tensors]
 
         def move(mine: list[np.ndarray], at: float, what: str) -> list[list[Arrival]]:
             return [[self.exchange.recv(srcRank, tag, what)]]
