@@ -123,12 +123,18 @@ class Record:
 
 
 class HardwareQueue:
-    """An in-order hardware queue: packets start in submission order, one after another."""
+    """An in-order hardware queue: packets start in submission order, one after another.
 
-    def __init__(self, timeline: "Timeline", qid: int, label: str):
+    ``priority`` orders queues whose next packets are ready when an engine frees up: the
+    lower number goes first (every family counts that way), as a hardware scheduler
+    dispatches a higher-priority queue's pending work first.  Nothing running is preempted.
+    """
+
+    def __init__(self, timeline: "Timeline", qid: int, label: str, priority: int = 0):
         self.timeline = timeline
         self.id = qid
         self.label = label
+        self.priority = int(priority)
         self.pending: deque[Packet] = deque()
         self.last_end = 0.0
         self.failure: SimError | None = None
@@ -174,9 +180,9 @@ class Timeline:
         """Add an engine that packets name exactly (a peer link: ``peer``, ``peer5``, ...)."""
         self.engines.setdefault(name, 0.0)
 
-    def create_queue(self, label: str = "") -> HardwareQueue:
+    def create_queue(self, label: str = "", priority: int = 0) -> HardwareQueue:
         qid = next(self._queue_ids)
-        q = HardwareQueue(self, qid, label or f"hwq{qid}")
+        q = HardwareQueue(self, qid, label or f"hwq{qid}", priority)
         self.queues.append(q)
         return q
 
@@ -237,7 +243,9 @@ class Timeline:
                 continue
             engine = self._engine_for(packet)
             start = max(ready, self.engines[engine])
-            if best is None or start < best[0]:
+            # the earliest start wins; among packets that could start at the same moment
+            # (ready before the engine frees up), the higher-priority queue's
+            if best is None or start < best[0] or (start == best[0] and q.priority < best[1].priority):
                 best = (start, q, packet, engine)
         if best is None or (before is not None and best[0] >= before):
             return False

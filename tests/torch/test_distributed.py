@@ -154,7 +154,10 @@ def test_a_world_of_one_and_clear_errors(world_of_one):
     assert torch.equal(x.cpu(), torch.arange(5, dtype=torch.float32))
     rep = fd.report()
     assert rep["world_size"] == 1 and rep["calls"] == 1 and rep["collectives"][0]["simulated_s"] == 0.0
+    cpu = torch.full((2,), 3.0)
+    dist.all_reduce(cpu)                   # CPU tensors take the group's gloo half
+    assert torch.equal(cpu, torch.full((2,), 3.0)) and fd.report()["calls"] == 1
     with pytest.raises(FornaxError, match="takes fornax tensors"):
-        dist.all_reduce(torch.ones(2))
+        dist.all_gather([torch.empty(2)], torch.ones(2, device="fornax"))
     with pytest.raises(FornaxError, match="not supported"):
         dist.all_reduce(torch.ones(2, device="fornax"), op=dist._make_nccl_premul_sum(2.0))

@@ -366,3 +366,35 @@ def test_multilabel_margin_loss_is_atens_not_torch_decomps(shape, reduction):
     assert got.shape == want.shape
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_storage_resize_frees_and_refills_in_place_as_fsdp2_uses_it():
+    """``UntypedStorage.resize_`` on a fornax storage: every view of the storage sees the new
+    bytes (the storage object stays the same), 0 frees the device memory, growing keeps the
+    old bytes; a tensor's own ``resize_`` grows the shared storage in place."""
+    t = torch.arange(8, dtype=torch.float32, device="fornax")
+    session = ft.current()
+    view = t[2:6]
+    storage = t.untyped_storage()
+    in_use = session.runtime.memory_stats()["allocated_bytes"]
+    storage.resize_(0)
+    assert storage.nbytes() == 0 and t.untyped_storage() is storage
+    assert session.runtime.memory_stats()["allocated_bytes"] < in_use
+    storage.resize_(32)
+    assert storage.nbytes() == 32 and view.untyped_storage() is storage
+    t.copy_(torch.arange(8, dtype=torch.float32) * 10)
+    assert torch.equal(view.cpu(), torch.tensor([20.0, 30, 40, 50]))
+    storage.resize_(64)                                   # grows: the first 32 bytes are kept
+    assert torch.equal(t.cpu(), torch.arange(8, dtype=torch.float32) * 10)
+    alias = t.view(8)
+    t.resize_(12)                                         # grown in place: the alias sees it
+    assert alias.untyped_storage() is t.untyped_storage() and t.untyped_storage().nbytes() == 64
+    with pytest.raises(ft.DeviceError, match="cannot be resized to -1"):
+        storage.resize_(-1)
+
+
+def test_stream_priorities_clamp_to_the_family_range():
+    least, greatest = torch.fornax.Stream.priority_range()
+    assert least >= 0 > greatest
+    assert torch.fornax.Stream(priority=-100).priority == greatest
+    assert torch.fornax.Stream(priority=0).priority == 0

@@ -391,3 +391,32 @@ def test_out_of_memory_message_and_code(vendor, code):
     assert "is allocated by the runtime" in msg and "reserved but unallocated" in msg and "is free" in msg
     assert stats["num_ooms"] == 1 and stats["allocated_bytes"] >= total // 2
     b.rt.free(keep)
+
+
+# -- stream priorities ---------------------------------------------------------------------------
+@pytest.mark.parametrize("vendor, least, greatest", [
+    ("cuda-like", 0, -5), ("rocm-like", 1, -1), ("xpu-like", 1, -1)])
+def test_stream_priorities_clamp_to_the_family_range_and_order_ready_work(vendor, least, greatest):
+    b = Bench(vendor)
+    assert b.rt.stream_priority_range() == (least, greatest)
+    assert b.rt.create_stream(in_order=True, priority=-100).priority == greatest   # clamped
+    assert b.rt.create_stream(in_order=True, priority=100).priority == least
+    with pytest.raises(FornaxError, match="integer"):
+        b.rt.create_stream(priority=0.5)
+
+    def order(high_priority: int) -> list[str]:
+        """Four low-priority kernels queued, then one on a second stream: which runs when."""
+        c = Bench(vendor)
+        low = c.rt.create_stream(in_order=True, flags="non_blocking", priority=least)
+        high = c.rt.create_stream(in_order=True, flags="non_blocking", priority=high_priority)
+        for _ in range(4):
+            c.rt.launch(c.module, "scale2", (1, 1, 1), {"src": c.src, "dst": c.tmp}, low)
+        c.write(high)
+        c.rt.synchronize()
+        return [r.label for r in c.timeline.records if r.kind == "kernel"]
+
+    # all five are ready at the same simulated instant (launches take no host time here).
+    # Equal priority: the engine takes ready work queue by queue, so the later stream's kernel
+    # waits for the whole first queue; a higher priority runs it first
+    assert order(least) == ["scale2"] * 4 + [KLABEL]
+    assert order(greatest) == [KLABEL] + ["scale2"] * 4

@@ -8,10 +8,12 @@ its kernels with it.
 
 The route is PyTorch's pure-Python backend registration: the key is renamed
 ``fornax``, :mod:`.device` becomes ``torch.fornax``, storages are built around
-simulated device addresses, and three places where PyTorch would call a C++ allocator
-this backend does not have are patched to allocate through the runtime seam instead:
-``UntypedStorage.clone`` (``copy.deepcopy`` of a tensor), ``torch.storage._to``
-(``storage.to("fornax")``) and the ``fornax`` location tag of ``torch.load``.
+simulated device addresses, and four places where PyTorch would call a C++ allocator
+(or a PrivateUse1 hook) this backend does not have are patched to allocate through the
+runtime seam instead: ``UntypedStorage.clone`` (``copy.deepcopy`` of a tensor),
+``UntypedStorage.resize_`` (FSDP2 frees and refills unsharded parameters with it),
+``torch.storage._to`` (``storage.to("fornax")``) and the ``fornax`` location tag of
+``torch.load``.
 """
 
 from __future__ import annotations
@@ -216,10 +218,8 @@ def _resize_(self, size, memory_format=None):
         stride = torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
     need = (self.storage_offset() + T.span_elements(size, stride)) * self.element_size()
     storage = self.untyped_storage()
-    if need > storage.nbytes():
-        new = T.new_storage(need)
-        _copy_storage(new, storage)
-        storage = new
+    if need > storage.nbytes():          # grown in place: every view of the storage sees it
+        T.resize_storage(storage, need)
     aten.set_.source_Storage_storage_offset.redispatch(T._CPU_KEYS, self, storage,
                                                        self.storage_offset(), list(size), list(stride))
     return self
@@ -326,12 +326,21 @@ def _patch_storage() -> None:
     def fornax(self, device=None, non_blocking=False):
         return to(self, "fornax", non_blocking)
 
+    original_resize = torch.UntypedStorage.resize_
+
+    def resize_(self, size):
+        if self.device.type == "fornax":
+            T.resize_storage(self, size)
+            return self
+        return original_resize(self, size)
+
     # torch's storage classes, patched in place (their stubs declare no such assignments)
     setattr(base, "clone", clone)
     setattr(torch.UntypedStorage, "clone", clone)
     torch.storage._to = to
     setattr(base, "fornax", fornax)
     setattr(torch.UntypedStorage, "fornax", fornax)
+    setattr(torch.UntypedStorage, "resize_", resize_)
 
     def tag(obj):
         if getattr(obj, "device", None) is not None and obj.device.type == "fornax":

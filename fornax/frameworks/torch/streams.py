@@ -26,12 +26,20 @@ class Stream:
 
     def __init__(self, device=None, priority: int = 0, *, _handle=None):
         self.session = current()
-        if priority != 0:
-            raise DeviceError("stream priorities are not modelled by the fornax runtime seam",
-                              seam="runtime", vendor=self.session.runtime.vendor,
-                              hint="create the stream without a priority")
-        self.handle = _handle if _handle is not None else self.session.runtime.create_stream()
+        # lower numbers first; out of the family's range they clamp, as torch.cuda's do
+        self.handle = _handle if _handle is not None else self.session.runtime.create_stream(
+            priority=priority)
         self.device = _device()
+
+    @property
+    def priority(self) -> int:
+        """The stream's priority after clamping to the family's range."""
+        return self.handle.priority
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(least, greatest) priority of the active stack's runtime."""
+        return current().runtime.stream_priority_range()
 
     def _check(self) -> None:
         if self.session is not current():

@@ -49,24 +49,72 @@ def numpy_dtype(dtype: torch.dtype):
                       hint="convert to a float, integer or bool dtype first")
 
 
+def _storage_at(ptr: int, nbytes: int) -> torch.UntypedStorage:
+    # typed as either storage kind by torch's stubs; it makes an untyped one (that owns nothing)
+    return cast(torch.UntypedStorage,
+                torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes)))
+
+
 def new_storage(nbytes: int, session: Session | None = None) -> torch.UntypedStorage:
     """A storage of ``nbytes`` in simulated device memory (freed when torch drops it)."""
     session = session or current()
     ptr = session.malloc(nbytes)
-    # typed as either storage kind by torch's stubs; it makes an untyped one
-    storage = cast(torch.UntypedStorage,
-                   torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes)))
-    # at interpreter exit the bytes go with the process: freeing them there would wait on the
+    storage = _storage_at(ptr, nbytes)
+    # what the storage owns is a one-element list, so that resize_storage can change it; at
+    # interpreter exit the bytes go with the process: freeing them there would wait on the
     # simulated device (a blocking free synchronises), so the finaliser does not run then
-    weakref.finalize(storage, _free, session, ptr).atexit = False
+    owned = [ptr]
+    setattr(storage, _OWNED, owned)
+    weakref.finalize(storage, _free, session, owned).atexit = False
     return storage
 
 
-def _free(session: Session, ptr: int) -> None:
+_OWNED = "_fornax_owned"
+
+
+def _free(session: Session, owned: list) -> None:
+    ptr, owned[:] = owned[0], [None]
+    if ptr is None:
+        return
     try:
         session.free(ptr)
     except Exception:           # at interpreter exit the runtime may already be gone
         pass
+
+
+def resize_storage(storage: torch.UntypedStorage, nbytes: int, session: Session | None = None) -> None:
+    """Resize a fornax storage in place, as ``UntypedStorage.resize_`` does on a GPU: every
+    tensor viewing it sees the new bytes.  The first ``min(old, new)`` bytes are kept (copied
+    device to device); the old allocation goes back to the caching allocator, stream-ordered.
+    ``resize_(0)`` frees the memory and keeps the storage, which FSDP2 relies on to drop
+    unsharded parameters between uses."""
+    session = session or current()
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise DeviceError(f"a storage cannot be resized to {nbytes} bytes", seam="framework",
+                          vendor=session.framework.vendor, hint="give a size of 0 or more bytes")
+    old = storage.nbytes()
+    if nbytes == old:
+        return
+    owned = getattr(storage, _OWNED, None)
+    if owned is None:
+        raise DeviceError("this fornax storage does not own its memory (it was built around "
+                          "another allocation), so it cannot be resized", seam="framework",
+                          vendor=session.framework.vendor,
+                          hint="resize a storage made by fornax (a tensor's own storage)")
+    new_ptr = session.malloc(nbytes) if nbytes else None
+    if new_ptr is not None and old and owned[0] is not None:
+        session.runtime.memcpy_d2d(session.address(new_ptr), session.address(storage.data_ptr()),
+                                   min(old, nbytes), _stream(session))
+    # swapping data pointers needs one side empty: empty the storage, then fill it (a method
+    # of torch's C storage base that its stubs do not declare)
+    swap = getattr(storage, "_swap_data_ptr_")
+    swap(_storage_at(0, 0))
+    if new_ptr is not None:
+        swap(_storage_at(new_ptr, nbytes))
+    old_ptr, owned[:] = owned[0], [new_ptr]
+    if old_ptr is not None:
+        session.free(old_ptr)
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:

@@ -27,10 +27,12 @@ class DriverBase(DriverMemory, ModuleLoader):
     queue_class: type[QueueBase]
 
     # -- queues ---------------------------------------------------------------
-    def create_queue(self, ctx: Context | None) -> QueueBase:
+    def create_queue(self, ctx: Context | None, priority: int = 0) -> QueueBase:
         ctx = self.resolve_context(ctx, "create_queue")
         self.check(ctx, "create_queue")
-        return self.queue_class(self, ctx)
+        queue = self.queue_class(self, ctx)
+        queue.hwq.priority = int(priority)
+        return queue
 
     def destroy_queue(self, queue: Queue) -> None:
         """Release a queue (``[driver.calls] destroy_queue``).  Work already submitted still

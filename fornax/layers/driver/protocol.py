@@ -205,8 +205,10 @@ class Driver(Protocol):
         """The host reads managed or host-pinned memory (committed state: synchronise first)."""
     def host_write(self, ctx: Context, address: int, data: HostData) -> None:
         """The host writes managed or host-pinned memory."""
-    def create_queue(self, ctx: Context) -> Queue:
-        """A new queue in ``ctx``, owned by the caller until :meth:`destroy_queue`."""
+    def create_queue(self, ctx: Context, priority: int = 0) -> Queue:
+        """A new queue in ``ctx``, owned by the caller until :meth:`destroy_queue`;
+        ``priority`` (lower first, already within the family's range) orders its work
+        against other queues' when both are ready for the same engine."""
     def synchronize(self, ctx: Context) -> None:
         """The host waits for all work of ``ctx``'s device; raises a fault of any of the
         context's queues."""

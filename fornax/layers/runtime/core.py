@@ -41,6 +41,10 @@ class RuntimeCore:
         self.queue_order: str = r.get("queue_order", "in_order")
         self.out_of_order = bool(r.get("out_of_order", False))
         self.queue_pool = max(1, int(r.get("queue_pool", 1)))
+        prio = r.get("priorities", {"least": 0, "greatest": 0})
+        #: (least, greatest) stream priority; lower numbers run first in every family
+        self.priority_range: tuple[int, int] = (int(prio["least"]), int(prio["greatest"]))
+        self.priority_calls: dict[str, str] = {k: v for k, v in prio.items() if isinstance(v, str)}
         self.event_timing: str = r.get("event_timing", "event")
         self.elapsed_incomplete: str = r.get("elapsed_incomplete", "error")
         self.pageable_rate = float(r.get("pageable_host_rate", 1.0))

@@ -28,6 +28,7 @@ class Stream:
     kind: str = "created"              # "legacy" (NULL stream), "per_thread", "default" or "created"
     profiling: bool = True             # SYCL property::queue::enable_profiling (timing needs it there)
     queues: tuple[Queue, ...] = ()
+    priority: int = 0                  # within the family's range; lower numbers run first
     capture: Graph | None = None       # the graph being captured on this stream
     destroyed: bool = False
     _next: int = 0

@@ -90,10 +90,12 @@ class Runtime(Protocol):
         """Asynchronous device-to-device copy of ``nbytes`` (>= 0); its event."""
     # streams and events
     def create_stream(self, flags: str = BLOCKING, in_order: bool | None = None,
-                      enable_profiling: bool = False) -> Stream:
+                      enable_profiling: bool = False, priority: int = 0) -> Stream:
         """A new stream owned by the caller until :meth:`destroy_stream`; ``flags``
         ``blocking`` or ``non_blocking``; ``not_supported`` for an out-of-order queue in a
-        family without them."""
+        family without them; ``priority`` clamped to :meth:`stream_priority_range`."""
+    def stream_priority_range(self) -> tuple[int, int]:
+        """(least, greatest) priority; lower numbers run first when queues compete."""
     def default_stream(self) -> Stream:
         """The stream work goes to when none is named; always in order."""
     def destroy_stream(self, stream: Stream) -> None:

@@ -20,13 +20,14 @@ class StreamRules(RuntimeCore):
         # carried out by the memory rules (RuntimeMemory), which a synchronise runs
         def _free_deferred(self) -> None: ...
 
-    def _new_stream(self, kind: str, blocking: bool, in_order: bool, profiling: bool) -> Stream:
+    def _new_stream(self, kind: str, blocking: bool, in_order: bool, profiling: bool,
+                    priority: int = 0) -> Stream:
         streams = self._streams.setdefault(self._device, [])
         ctx = self.context()
         n = 1 if in_order else self.queue_pool
-        queues = tuple(self.driver.create_queue(ctx) for _ in range(n))
+        queues = tuple(self.driver.create_queue(ctx, priority) for _ in range(n))
         stream = Stream(next(self._stream_ids), queues[0], self._device, blocking, in_order, kind,
-                        profiling, queues)
+                        profiling, queues, priority=priority)
         streams.append(stream)
         self.counts["streams"] += 1
         return stream
@@ -59,14 +60,22 @@ class StreamRules(RuntimeCore):
         return stream
 
     def create_stream(self, flags: str = BLOCKING, in_order: bool | None = None,
-                      enable_profiling: bool = False) -> Stream:
+                      enable_profiling: bool = False, priority: int = 0) -> Stream:
         """A new stream/queue.  ``flags``: ``blocking`` (default; synchronises with the legacy
         NULL stream) or ``non_blocking``; ``in_order``: None for the family's default, True
         for an in-order queue, False for an out-of-order one where the family has them;
-        ``enable_profiling``: the SYCL queue property that event timing needs there."""
+        ``enable_profiling``: the SYCL queue property that event timing needs there;
+        ``priority``: lower numbers first, clamped to :meth:`stream_priority_range` as
+        every family's create-with-priority call clamps it."""
         if flags not in (BLOCKING, NON_BLOCKING):
             raise self._error(f"stream flags must be {BLOCKING!r} or {NON_BLOCKING!r}, got {flags!r}",
                               "create_stream")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise self._error(f"a stream priority is an integer, got {type(priority).__name__} {priority!r}",
+                              "create_stream", hint=f"use {self.priority_range[1]} (highest) to "
+                              f"{self.priority_range[0]} (lowest)")
+        least, greatest = self.priority_range
+        priority = min(max(priority, greatest), least)
         if in_order is None:
             in_order = self.queue_order == "in_order"
         if not in_order and not self.out_of_order:
@@ -74,7 +83,12 @@ class StreamRules(RuntimeCore):
                               "out-of-order queue does not exist in this family", "create_stream",
                               condition="not_supported", hint="use several streams and events")
         return self._new_stream("created", flags == BLOCKING, bool(in_order),
-                                bool(enable_profiling) or self.event_timing != "queue")
+                                bool(enable_profiling) or self.event_timing != "queue", priority)
+
+    def stream_priority_range(self) -> tuple[int, int]:
+        """(least, greatest) stream priority of this family (cudaDeviceGetStreamPriorityRange
+        and its twins); the greatest is the lowest number."""
+        return self.priority_range
 
     def _stream(self, stream: Stream | None) -> Stream:
         if stream is None:

@@ -72,7 +72,7 @@ class NullDriver:
     def host_write(self, ctx, address, data):
         raise not_implemented("driver.host_write")
 
-    def create_queue(self, ctx):
+    def create_queue(self, ctx, priority=0):
         raise not_implemented("driver.create_queue")
 
     def synchronize(self, ctx):

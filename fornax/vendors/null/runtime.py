@@ -51,8 +51,11 @@ class NullRuntime:
     def memcpy_d2h(self, dst, src, stream=None, blocking=True, depends_on=()):
         raise not_implemented("runtime.memcpy_d2h")
 
-    def create_stream(self, flags="blocking", in_order=None, enable_profiling=False):
+    def create_stream(self, flags="blocking", in_order=None, enable_profiling=False, priority=0):
         raise not_implemented("runtime.create_stream")
+
+    def stream_priority_range(self):
+        raise not_implemented("runtime.stream_priority_range")
 
     def default_stream(self):
         raise not_implemented("runtime.default_stream")

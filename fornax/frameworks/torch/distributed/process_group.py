@@ -45,6 +45,7 @@ from .. import tensors as T
 from ..session import TAG_SHIFT, current
 from ..streams import current_runtime_stream
 from .exchange import Arrival, Exchange, ExchangeError
+from .host_tensors import HostGroup, serve_host_tensors
 from .timing import BUS, Priced, price
 
 BACKEND = "fornax"
@@ -140,8 +141,10 @@ def _bytes(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.uint8).numpy() if t.numel() else np.empty(0, np.uint8)
 
 
+@serve_host_tensors
 class ProcessGroupFornax(dist.ProcessGroup):
-    """A torch.distributed process group over the ranks' simulated devices."""
+    """A torch.distributed process group over the ranks' simulated devices (CPU tensors on
+    it travel over gloo, :mod:`.host_tensors`)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
@@ -158,9 +161,10 @@ class ProcessGroupFornax(dist.ProcessGroup):
         self.family = lib.name
         self.timeout = timeout
         self.exchange = Exchange(store, rank, size, timeout)
+        self.host = HostGroup(store, rank, size, timeout)
         #: each member's node: torchrun runs LOCAL_WORLD_SIZE ranks per node, so global rank g
         #: is on node g // LOCAL_WORLD_SIZE; members on different nodes talk over the NIC tier
-        self.node_of = self._nodes(size)
+        self.members, self.node_of = self._members(size)
         self.topology = (Topology.build(stack.spec, size, stack.config.topology, self.node_of)
                          if size > 1 else None)
         runtime = self.session.runtime
@@ -176,14 +180,16 @@ class ProcessGroupFornax(dist.ProcessGroup):
         self._name = ""
         self._desc = ""
 
-    def _nodes(self, size: int) -> list[int]:
-        if size == 1:
-            return [0]
+    def _members(self, size: int) -> tuple[list[int], list[int]]:
+        """The members' global ranks and their nodes, by group rank."""
         mine = int(os.environ.get("RANK", self.rank()))
+        if size == 1:
+            return [mine], [0]
         per = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", size))))
         got = self.exchange.all_gather(np.asarray([mine], dtype=np.int64).view(np.uint8), 0.0,
                                        "the group's members and their nodes")
-        return [int(a.data.view(np.int64)[0]) // per for a in got]
+        members = [int(a.data.view(np.int64)[0]) for a in got]
+        return members, [g // per for g in members]
 
     # -- names: c10d registers the group under the name it sets here, and functional
     # collectives, DTensor and DeviceMesh find it by ``group_name`` (a Python subclass keeps
@@ -224,9 +230,9 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def _check(self, tensors: Sequence[torch.Tensor], op: str) -> None:
         for t in tensors:
             if not T.is_fornax(t):
-                raise self._error("invalid_argument", f"the {BACKEND} backend takes fornax tensors, got one "
-                                  f"on {t.device}", op, hint="use a gloo group for CPU tensors "
-                                  "(init_process_group(\"cpu:gloo,fornax:fornax\"))")
+                raise self._error("invalid_argument", f"the {BACKEND} backend takes fornax tensors "
+                                  f"(or CPU tensors only, over gloo), got one on {t.device}", op,
+                                  hint="pass the collective tensors of one device")
             if t.numel() and (t.untyped_storage().data_ptr() >> TAG_SHIFT) != self.session.id:
                 raise self._error("invalid_argument", "the tensor lives on another fornax stack than "
                                   "the one this group was made on", op,
@@ -272,8 +278,16 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 if n:
                     space.write(a, data[:n].tobytes())
             start = max([now, *(x.at for part in got for x in part)])
+            # who arrived last (for the merged trace's stragglers): on a world-wide exchange the
+            # arrivals are indexed by rank; a point-to-point one has its peer's only
+            ats = [x.at for x in got[0]] if got else []
+            last = self.rank() if len(ats) != self.size() or max(ats) <= now else \
+                max(range(len(ats)), key=ats.__getitem__)
+            last = self.members[last]             # the global rank (torchrun's RANK)
             tl.annotate(reads=[(a, a + n, "in") for a, n in src], writes=[(a, a + n, "out") for a, n in dst],
-                        collective=call, seq=seq, bytes=nbytes, algorithm=priced.algorithm)
+                        collective=call, seq=seq, bytes=nbytes, algorithm=priced.algorithm,
+                        group=self._name, arrived_s=now, latest_s=start, waited_s=start - now,
+                        last_rank=last)
             self._record(op, call, seq, nbytes, priced, start)
             return (start - now) + priced.seconds
 
@@ -501,7 +515,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def report(self) -> dict[str, Any]:
         """This rank's collectives: the family's library, each call, and totals."""
         return {"backend": BACKEND, "library": self.facts["name"], "family": self.family,
-                "rank": self.rank(), "world_size": self.size(), "node_of": list(self.node_of),
+                "rank": self.rank(), "world_size": self.size(), "members": list(self.members),
+                "node_of": list(self.node_of),
                 "topology": self.topology.summary() if self.topology is not None else None,
                 "calls": len(self.records), "bytes": sum(r["bytes"] for r in self.records),
                 "simulated_s": sum(r["simulated_s"] for r in self.records),
