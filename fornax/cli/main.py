@@ -32,6 +32,7 @@ from .devices import devices
 from .drill import drill
 from .errors import FornaxGroup, _fail, debug_option, handle_errors
 from .qualify import qualify
+from .trace import trace_cmd
 
 
 @click.group(name="fornax", cls=FornaxGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -236,5 +237,5 @@ def workloads(as_json, debug):
     Console().print(t)
 
 
-for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify):
+for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, trace_cmd):
     main.add_command(_command)

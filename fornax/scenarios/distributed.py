@@ -14,12 +14,15 @@ group over the world and checks, against values computed on the CPU:
 * that an async all_reduce overlaps a matmul issued before its ``wait()``;
 * DDP: three SGD steps of a small MLP on each rank's shard of a batch give the weights
   single-process CPU training on the whole batch gives;
+* FSDP2: the same with ``fully_shard`` (each rank holding its shard of the parameters), in
+  float32 and with bfloat16 mixed precision;
 * DTensor tensor parallelism on a DeviceMesh (ColwiseParallel / RowwiseParallel; a 2-D
   data x tensor mesh on four or more ranks): forward and gradients as on the CPU.
 
 Each rank writes ``rank<R>.json`` to ``--out`` (what it checked, the collectives its backend
 recorded); rank 0 prints one line per family.  ``--only`` runs some of the checks
-(collectives, clocks, overlap, ddp, tp); ``--skip-on RANK`` makes that rank skip one more
+(collectives, clocks, overlap, ddp, fsdp, tp); ``--trace DIR`` writes each rank's Perfetto
+trace per family; ``--skip-on RANK`` makes that rank skip one more
 all_reduce, to show the others fail with the family's error instead of hanging.
 """
 
@@ -38,6 +41,7 @@ import torch.nn as nn
 
 import fornax.frameworks.torch as ft
 from fornax.frameworks.torch import distributed as fd
+from fornax.frameworks.torch.distributed.rank_trace import write_rank_trace
 from fornax.stack import BUILTIN_FAMILIES
 
 REDUCTIONS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
@@ -110,27 +114,73 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
 
+def _batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch: 8 rows per rank."""
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(8 * size, 8, generator=g), torch.randn(8 * size, 4, generator=g)
+
+
+def _train(net: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        ((net(x) - y) ** 2).mean().backward()
+        opt.step()
+
+
+def _cpu_reference(size: int, steps: int) -> nn.Module:
+    """Single-process CPU training on the whole batch."""
+    ref = _mlp()
+    _train(ref, *_batch(size), steps)
+    return ref
+
+
 def ddp(group: Any, rank: int, size: int, steps: int = 3) -> float:
     """DDP on each rank's shard against single-process CPU training on the whole batch: the
     largest weight difference after ``steps`` SGD steps."""
-    g = torch.Generator().manual_seed(1)
-    x, y = torch.randn(8 * size, 8, generator=g), torch.randn(8 * size, 4, generator=g)
+    x, y = _batch(size)
     model = _mlp().to("fornax")
     net = nn.parallel.DistributedDataParallel(model, process_group=group)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    xs, ys = x[8 * rank:8 * rank + 8].to("fornax"), y[8 * rank:8 * rank + 8].to("fornax")
-    for _ in range(steps):
-        opt.zero_grad()
-        ((net(xs) - ys) ** 2).mean().backward()
-        opt.step()
-    ref = _mlp()
-    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for _ in range(steps):
-        ropt.zero_grad()
-        ((ref(x) - y) ** 2).mean().backward()
-        ropt.step()
+    _train(net, x[8 * rank:8 * rank + 8].to("fornax"), y[8 * rank:8 * rank + 8].to("fornax"), steps)
+    ref = _cpu_reference(size, steps)
     return max((a.detach().cpu() - b.detach()).abs().max().item()
                for a, b in zip(model.parameters(), ref.parameters()))
+
+
+def fsdp(group: Any, rank: int, size: int, steps: int = 3) -> dict[str, float]:
+    """FSDP2 ``fully_shard`` (each Linear, then the root) on each rank's shard of the batch,
+    in float32 and with bfloat16 mixed precision (bf16 parameters and compute, fp32 gradient
+    reduction), against single-process CPU training in float32: the largest weight
+    differences, and the share of the parameters each rank holds."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    x, y = _batch(size)
+    ref = _cpu_reference(size, steps)
+    tag = _family_tag(group)
+    out: dict[str, float] = {}
+    for name, policy in (("fp32", MixedPrecisionPolicy()),
+                         ("bf16", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))):
+        mesh = DeviceMesh.from_group(group, "fornax", mesh_dim_names=(f"fsdp_{name}_{tag}",))
+        model = _mlp().to("fornax")
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        params: list[Any] = list(model.parameters())        # DTensors: each rank's shard
+        out["local_fraction"] = sum(p.to_local().numel() for p in params) / \
+            sum(p.numel() for p in ref.parameters())
+        _train(model, x[8 * rank:8 * rank + 8].to("fornax"), y[8 * rank:8 * rank + 8].to("fornax"), steps)
+        out[f"{name}_max_abs_err"] = max((p.full_tensor().detach().cpu().float() - q.detach()).abs().max().item()
+                                         for p, q in zip(params, ref.parameters()))
+    return out
+
+
+def _family_tag(group: Any) -> str:
+    """The family's short name, for DeviceMesh dimension names: DTensor caches plans by mesh
+    equality, which compares layouts and names, not groups, and each family's mesh has its
+    own groups."""
+    pg = fd.process_group(group)
+    return pg.family.removesuffix("-like") if pg is not None else "world"
 
 
 def tensor_parallel(group: Any, rank: int, size: int) -> dict[str, float]:
@@ -140,11 +190,8 @@ def tensor_parallel(group: Any, rank: int, size: int) -> dict[str, float]:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     two_d = size >= 4 and size % 2 == 0
-    # the mesh is built from fornax groups made on this stack (every rank makes every group);
-    # its dimension names carry the family: DTensor caches plans by mesh equality, which
-    # compares layouts and names, not groups, and each family's mesh has its own groups
-    pg = fd.process_group(group)
-    tag = pg.family.removesuffix("-like") if pg is not None else "world"
+    # the mesh is built from fornax groups made on this stack (every rank makes every group)
+    tag = _family_tag(group)
     dp_name, tp_name = f"dp_{tag}", f"tp_{tag}"
     if two_d:
         layout = torch.arange(size).reshape(size // 2, 2)
@@ -207,11 +254,11 @@ def clocks_meet(group: Any, world: Any, size: int) -> bool:
 
 
 #: what the program checks, in order (``--only`` picks some)
-PARTS = ("collectives", "clocks", "overlap", "ddp", "tp")
+PARTS = ("collectives", "clocks", "overlap", "ddp", "fsdp", "tp")
 
 
 def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | None,
-               parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+               parts: tuple[str, ...] = PARTS, trace: Path | None = None) -> dict[str, Any]:
     ft.use_stack(family, spec="tiny")
     group = dist.new_group(backend="fornax", timeout=timedelta(seconds=20))
     out: dict[str, Any] = {"family": family}
@@ -223,6 +270,8 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
         out["overlap"] = overlap(group)
     if "ddp" in parts:
         out["ddp_max_abs_err"] = ddp(group, rank, size)
+    if "fsdp" in parts:
+        out["fsdp"] = fsdp(group, rank, size)
     if "tp" in parts:
         out["tensor_parallel"] = tensor_parallel(group, rank, size)
     if skip_on is not None:
@@ -235,6 +284,8 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
         except Exception as exc:       # the family's collective error, surfaced at the next wait
             out["skip"] = {"error": str(exc), "type": type(exc).__name__}
     out["backend"] = fd.report(group)
+    if trace is not None:
+        out["trace"] = str(write_rank_trace(trace / family, fd.process_group(group)))
     return out
 
 
@@ -250,6 +301,10 @@ def summary(r: dict[str, Any]) -> str:
         said.append(f"overlap: {r['overlap']}")
     if "ddp_max_abs_err" in r:
         said.append(f"DDP vs CPU max |dw| {r['ddp_max_abs_err']:.2e}")
+    if "fsdp" in r:
+        f = r["fsdp"]
+        said.append(f"FSDP2 vs CPU max |dw| {f['fp32_max_abs_err']:.2e} (bf16 mixed {f['bf16_max_abs_err']:.2e}, "
+                    f"{f['local_fraction']:.0%} of the parameters per rank)")
     if "tensor_parallel" in r:
         tp = r["tensor_parallel"]
         said.append(f"DTensor TP on mesh {'x'.join(map(str, tp['mesh']))} max |dy| {tp['forward_max_abs_err']:.2e}")
@@ -263,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default=",".join(BUILTIN_FAMILIES))
     p.add_argument("--skip-on", type=int, default=None, help="this rank skips the last all_reduce")
     p.add_argument("--timeout", type=float, default=20.0)
+    p.add_argument("--trace", type=Path, default=None,
+                   help="folder for each rank's Perfetto trace (FAMILY/rank<R>.trace.json; "
+                        "`fornax trace merge FAMILY_FOLDER` combines them)")
     p.add_argument("--only", default=",".join(PARTS),
                    help=f"the checks to run, comma-separated (default all: {','.join(PARTS)})")
     args = p.parse_args(argv)
@@ -273,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("cpu:gloo", timeout=timedelta(seconds=args.timeout))
     rank, size = dist.get_rank(), dist.get_world_size()
     world = dist.group.WORLD
-    results = [run_family(f, world, rank, size, args.skip_on, parts) for f in args.families.split(",")]
+    results = [run_family(f, world, rank, size, args.skip_on, parts, args.trace)
+               for f in args.families.split(",")]
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"rank{rank}.json").write_text(json.dumps(results, indent=1, default=str))

@@ -25,6 +25,15 @@ class ExchangeError(RuntimeError):
     """The transport failed: a peer process died or did not join within the timeout."""
 
 
+class RemoteFailure(ExchangeError):
+    """One or more ranks announced that their side of the collective failed (a link failure,
+    a lost device): every rank of the exchange raises it, at the same collective."""
+
+    def __init__(self, failures: dict[int, str]):
+        self.failures = failures
+        super().__init__("; ".join(f"rank {r} reported: {m}" for r, m in sorted(failures.items())))
+
+
 def _reason(exc: BaseException) -> str:
     """gloo's message without its source location and its advice (what happened, in a line)."""
     text = (str(exc).splitlines() or [type(exc).__name__])[0]
@@ -47,6 +56,13 @@ class Exchange:
         self.rank, self.size, self.timeout = rank, size, timeout
         self._pg = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._sending: list[tuple[dist.Work, torch.Tensor]] = []   # posted sends, their buffers
+        #: set while this rank's side of a collective has failed: the next all-gather sends the
+        #: message instead of the data, so every rank learns of it at the same exchange
+        self.failure: str | None = None
+
+    def abort(self) -> None:
+        """Close the transport: peers waiting on this rank fail now instead of at the timeout."""
+        self._pg.abort()
 
     def _wait(self, work: dist.Work, what: str) -> None:
         try:
@@ -56,8 +72,10 @@ class Exchange:
 
     def all_gather(self, data: np.ndarray, at: float, what: str) -> list[Arrival]:
         """Every rank's ``data`` (uint8, any length) and arrival, by rank."""
-        head = torch.tensor([float(at), float(data.size)], dtype=torch.float64)
-        heads = [torch.empty(2, dtype=torch.float64) for _ in range(self.size)]
+        if self.failure is not None:
+            data = np.frombuffer(self.failure.encode(), dtype=np.uint8)
+        head = torch.tensor([float(at), float(data.size), float(self.failure is not None)], dtype=torch.float64)
+        heads = [torch.empty(3, dtype=torch.float64) for _ in range(self.size)]
         self._wait(self._pg.allgather([heads], [head]), what)
         longest = int(max(h[1].item() for h in heads))
         mine = torch.zeros(max(longest, 1), dtype=torch.uint8)
@@ -65,6 +83,10 @@ class Exchange:
             mine[:data.size] = torch.from_numpy(np.array(data, dtype=np.uint8, copy=True))
         outs = [torch.empty(max(longest, 1), dtype=torch.uint8) for _ in range(self.size)]
         self._wait(self._pg.allgather([outs], [mine]), what)
+        failed = {r: bytes(o[:int(h[1].item())].numpy()).decode(errors="replace")
+                  for r, (o, h) in enumerate(zip(outs, heads)) if h[2].item()}
+        if failed:
+            raise RemoteFailure(failed)
         return [Arrival(o[:int(h[1].item())].numpy().copy(), float(h[0].item())) for o, h in zip(outs, heads)]
 
     def send(self, data: np.ndarray, at: float, dst: int, tag: int, what: str) -> None:

@@ -44,7 +44,7 @@ from ....sim.topology import Topology
 from .. import tensors as T
 from ..session import TAG_SHIFT, current
 from ..streams import current_runtime_stream
-from .exchange import Arrival, Exchange, ExchangeError
+from .exchange import Arrival, Exchange, ExchangeError, RemoteFailure
 from .host_tensors import HostGroup, serve_host_tensors
 from .timing import BUS, Priced, price
 
@@ -87,7 +87,7 @@ class FornaxWork(dist._Work):
             self._waited = True
             session = self._pg.session
             with session.lock:
-                current_runtime_stream(session).queue.wait(self._done)
+                session.runtime.stream_wait_event(current_runtime_stream(session), self._done)
             for out, tmp in self._copies:          # a non-contiguous output gets its values now
                 out.copy_(tmp)
         return True
@@ -160,6 +160,9 @@ class ProcessGroupFornax(dist.ProcessGroup):
         self.errors = ErrorTable(e["api"], e["codes"], e["conditions"], seam="library", vendor=lib.name)
         self.family = lib.name
         self.timeout = timeout
+        # torchrun keeps its store across restarts: the keys of an earlier attempt's transports
+        # would name listeners that are gone, so each attempt has its own
+        store = dist.PrefixStore(f"attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
         self.exchange = Exchange(store, rank, size, timeout)
         self.host = HostGroup(store, rank, size, timeout)
         #: each member's node: torchrun runs LOCAL_WORLD_SIZE ranks per node, so global rank g
@@ -264,15 +267,33 @@ class ProcessGroupFornax(dist.ProcessGroup):
         def work() -> float:
             tl = device.timeline
             now = tl.now
+            own = None
+            try:                      # the fabric is the device's too: a lost device, a failed link
+                device.begin("peer", f"{call} seq {seq}")
+            except SimError as exc:
+                own = exc
+                self.exchange.failure = f"{exc}"
             mine = [np.frombuffer(space.read(a, n), dtype=np.uint8) if n else np.empty(0, np.uint8)
-                    for a, n in src]
+                    for a, n in src] if own is None else [np.empty(0, np.uint8) for _ in src]
             try:
                 got = move(mine, now, what)
+            except RemoteFailure as exc:
+                if own is not None:
+                    raise CollectiveFailed(self._error("device_error", f"{what} failed on this rank: {own}", op,
+                                                       hint="the other ranks fail this collective too; "
+                                                            "restart from the last checkpoint")) from None
+                raise CollectiveFailed(self._error("remote_failure", f"{what} failed: {exc}", op,
+                                                   hint="restart the job from the last checkpoint "
+                                                        "(torchrun --max-restarts)")) from None
             except ExchangeError as exc:
                 raise CollectiveFailed(self._error(
                     "missing_rank", f"{what} failed: {exc}", op,
-                    hint="a rank stopped participating or issued other collectives; every rank "
-                         "must make the same calls in the same order")) from None
+                    hint="a peer rank failed or exited (see its own error), or issued other "
+                         "collectives: every rank must make the same calls in the same order")) from None
+            finally:
+                self.exchange.failure = None
+            if own is not None:       # a point-to-point exchange carries no announcement
+                raise CollectiveFailed(self._error("device_error", f"{what} failed on this rank: {own}", op))
             results = compute(got)
             for (a, n), data in zip(dst, results):
                 if n:
@@ -292,9 +313,12 @@ class ProcessGroupFornax(dist.ProcessGroup):
             return (start - now) + priced.seconds
 
         with session.lock:
-            self.stream.queue.wait(caller.queue.record())
+            # through the runtime: the caller's event holds what its stream was told to wait
+            # for (stream_wait_event) and every queue of an out-of-order pool
+            runtime = session.runtime
+            runtime.stream_wait_event(self.stream, runtime.record_event(caller))
             self.stream.queue.enqueue(work, f"{call} seq {seq} {nbytes}B", "collective", engine=ENGINE)
-            done = self.stream.queue.record()
+            done = runtime.record_event(self.stream)
         return FornaxWork(self, list(outputs), done, [(o, t) for o, t in zip(outputs, outs) if t is not o])
 
     def _record(self, op: str, call: str, seq: int, nbytes: int, priced: Any, start: float) -> None:
@@ -510,6 +534,12 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                           input_split_sizes: list[int], opts: Any = None) -> dist.Work:
         return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def abort(self) -> None:
+        """Close this rank's transports (``ncclCommAbort``-like): ranks waiting on it fail now
+        with the family's remote error instead of waiting for the timeout."""
+        self.exchange.abort()
+        self.host.abort()
 
     # -- what happened ----------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
