@@ -284,6 +284,8 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
         except Exception as exc:       # the family's collective error, surfaced at the next wait
             out["skip"] = {"error": str(exc), "type": type(exc).__name__}
     out["backend"] = fd.report(group)
+    # the device's race detector watched every kernel, copy and collective of the checks
+    out["races"] = [r.to_dict()["message"] for r in ft.stack().devices[0].timeline.races]
     if trace is not None:
         out["trace"] = str(write_rank_trace(trace / family, fd.process_group(group)))
     return out

@@ -21,6 +21,7 @@ import fornax.frameworks.torch  # noqa: F401  (registers the device and the back
 from fornax.frameworks.torch import distributed as fd
 from fornax.layers.collectives.order import reduce_in_order
 from fornax.layers.errors import FornaxError
+from fornax.sim import trace_merge
 from fornax.sim.spec import load_spec
 from fornax.stack import BUILTIN_FAMILIES, get_vendor
 
@@ -44,7 +45,7 @@ def torchrun(tmp_path, nproc: int, *args: str, timeout: int = 300) -> tuple[subp
 
 
 def test_two_ranks_under_torchrun_on_every_family(tmp_path):
-    proc, ranks = torchrun(tmp_path, 2)
+    proc, ranks = torchrun(tmp_path, 2, "--trace", str(tmp_path / "traces"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(ranks) == 2
     for rank, results in enumerate(ranks):
@@ -54,6 +55,10 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
             assert not failed and len(r["checks"]) == 15, (r["family"], failed)
             assert r["clocks_meet"] and r["overlap"], r["family"]
             assert r["ddp_max_abs_err"] < 1e-6, r["family"]
+            assert r["races"] == [], r["family"]       # FSDP2's streams ordered by events
+            fs = r["fsdp"]           # sharded: each rank holds half; bf16 compute is looser
+            assert fs["local_fraction"] == 0.5 and fs["fp32_max_abs_err"] < 1e-6, (r["family"], fs)
+            assert 1e-6 < fs["bf16_max_abs_err"] < 5e-3, (r["family"], fs)
             tp = r["tensor_parallel"]
             assert tp["mesh"] == [2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
             b = r["backend"]
@@ -74,6 +79,17 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
         assert [s[2] for s in sa if s[1] != "send" and s[1] != "recv"] == \
             [s[2] for s in sb if s[1] != "send" and s[1] != "recv"]
     assert "cuda-like: 15/15 collectives match, clocks meet: True, overlap: True" in proc.stdout
+    # the ranks' traces merge: every collective of the family's group is matched on both ranks
+    traces = [json.loads((tmp_path / "traces" / "rocm-like" / f"rank{r}.trace.json").read_text())
+              for r in (0, 1)]
+    summary = trace_merge.summary(traces)
+    assert summary["unmatched"] == [] and summary["mismatched"] == []
+    group = ranks[0][1]["backend"]
+    matched = [c for c in summary["collectives"] if c["ranks"] == [0, 1]]
+    assert len(matched) == sum(1 for c in group["collectives"] if c["op"] not in ("send", "recv"))
+    merged = trace_merge.merge(traces)
+    names = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "process_name"}
+    assert sorted(names) == [1, 2] and names[2].startswith("rank 1 · rocm-like")
 
 
 def test_four_ranks_and_a_two_d_mesh(tmp_path):

@@ -26,9 +26,10 @@ class Stream:
 
     def __init__(self, device=None, priority: int = 0, *, _handle=None):
         self.session = current()
-        # lower numbers first; out of the family's range they clamp, as torch.cuda's do
+        # in order on every family, as PyTorch's streams are (torch.xpu's are in-order SYCL
+        # queues); priorities: lower numbers first, clamped to the family's range
         self.handle = _handle if _handle is not None else self.session.runtime.create_stream(
-            priority=priority)
+            in_order=True, priority=priority)
         self.device = _device()
 
     @property
