@@ -18,7 +18,7 @@ from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
 from . import (calibration, churn, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, real_clients,
-               shape_only, torch_frontend)
+               scale_out, shape_only, torch_frontend)
 
 from . import REPEATS
 from . import best as _best
@@ -73,6 +73,7 @@ def main() -> None:
     calibration.main()
     compile_times.main()
     shape_only.main()
+    scale_out.main()
     gemm_sweep.main()
     collectives.main()
     torch_frontend.main()

@@ -109,6 +109,9 @@ def prepare(cfg: StackConfig, framework: str, workload: str | None, origin: str 
         raise ConfigError(f"workload {wl.name} needs shape-only mode: add --meta, or meta = true in "
                           "the stack config file (its weights and activations are too large to "
                           "hold as data)")
+    if cfg.parallel is not None:
+        from .scenarios.parallel import check
+        check(wl.name, framework, cfg.devices, cfg.parallel, cfg.meta)
     stack = compose(cfg)
     client = None
     if framework == "jax":
@@ -139,13 +142,14 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
     if faults is not None:
         for device in stack.devices:
             device.inject(faults)
-    graph, feeds = (wl.build(cfg.seed) if isinstance(wl, Workload) and wl.runner is None and wl.build is not None
-                    else (None, None))
+    graph, feeds = (wl.build(cfg.seed) if isinstance(wl, Workload) and wl.runner is None
+                    and wl.build is not None and cfg.parallel is None else (None, None))
     t0 = time.perf_counter()
     errors: list[dict[str, Any]] = []
     result: RunResult | None = None
     nums: list[dict[str, Any]] = []
     scenario: dict[str, Any] | None = None
+    parallel: dict[str, Any] | None = None
     frun: TorchRun | JaxRun | None = None
     failed: str | None = None
     try:
@@ -157,6 +161,9 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
             from .scenarios import jax_workloads
             frun = jax_workloads.run(wl.name, prep.client, seed=cfg.seed)
             nums = frun.numerics
+        elif cfg.parallel is not None:      # every device runs a rank (fornax.scenarios.parallel)
+            from .scenarios import parallel as parallel_mod
+            result, nums, parallel = parallel_mod.run(stack, wl.name, cfg.parallel, cfg.seed)
         elif isinstance(wl, Workload) and wl.runner is not None:   # a scenario that drives the stack
             result, scenario = wl.runner(stack, cfg.seed)
         elif graph is not None and feeds is not None:
@@ -172,6 +179,8 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
     rep = report_mod.build(stack, wl.name, result, nums, wall, errors, framework=framework)
     if scenario is not None:
         rep["scenario"] = scenario
+    if parallel is not None:
+        rep["parallel"] = parallel
     if framework == "torch":
         rep["torch"] = _torch_section(frun)
     if framework == "jax":

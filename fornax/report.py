@@ -15,6 +15,8 @@ Schema ``fornax.report/1`` — top-level keys:
 ``races``      data races the happens-before detector found (both commands named)
 ``torch``      only for a torch front-end workload (``--framework torch``): ATen calls by
                route, the ops, CPU fallbacks with counts and reasons, losses per step
+``parallel``   only for ``--parallel dp|tp``: per rank its simulated time, compute and
+               (exposed) communication, every collective, the scaling against one device
 ``jax``        only for a JAX front-end workload (``--framework jax``): jaxpr equations by
                primitive and route (native, fallback with reasons, control), host-driven
                control flow and transfer counts, losses per step
@@ -74,6 +76,8 @@ def manifest(stack: Stack, workload: str, framework: str = "graph") -> JSON:
         # shape-only mode: no data ran, so numerics is empty and costs come from kernel estimates
         "meta": bool(getattr(cfg, "meta", False)),
         "paths": list(getattr(cfg, "paths", ())),   # portability paths chosen by --path
+        # every device runs a rank (--parallel dp|tp); absent when the run uses device 0 only
+        **({"parallel": cfg.parallel} if getattr(cfg, "parallel", None) else {}),
     }
 
 
@@ -370,6 +374,9 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
         ct.add_row("time at a throttled clock", fmt_time(c["throttled_s"]))
         ct.add_row("peak temperature", f"{c['peak_temp_c']:.1f} °C")
     console.print(ct)
+    if report.get("parallel"):
+        from .report_parallel import render_parallel
+        render_parallel(report["parallel"], console, all_rows)
     if report.get("torch"):
         _render_torch(report["torch"], console)
     if report.get("jax"):

@@ -11,6 +11,7 @@ SEAM=V`` overrides one) or from a TOML file::
     meta = false                # shape-only mode: shapes, memory and costs, no data
     translate = true            # allow a declared binary translation (see layers/translate.py)
     seed = 0
+    # parallel = "dp"           # with devices >= 2: run on every device, dp (batch split) or tp (weights split)
 
     [stack.seams]
     library = "rocm-like"
@@ -71,7 +72,10 @@ MAX_DEVICES = 1024
 MAX_MESH_DEVICES = 64
 
 _STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate", "paths",
-               "nodes"}
+               "nodes", "parallel"}
+#: how a workload runs over several devices of one process (``--parallel``): ``dp`` splits the
+#: batch over the devices, ``tp`` splits the weights (Megatron's column/row split)
+PARALLEL_MODES = ("dp", "tp")
 
 
 def _load_object(ref: str, name: str) -> Vendor:
@@ -140,6 +144,8 @@ class StackConfig:
     paths_strict: bool = True
     #: nodes the devices are spread over (equal consecutive blocks; joined by the NIC tier)
     nodes: int = 1
+    #: run the workload on every device (``--parallel``): dp, tp, or None (device 0 only)
+    parallel: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
@@ -166,12 +172,20 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 base: StackConfig | None = None, topology: str | None = None,
                 meta: bool | None = None, translate: bool | None = None,
                 fuse: bool | None = None, dump_ir: str | None = None,
-                paths: Iterable[str] | None = None, nodes: int | None = None) -> StackConfig:
+                paths: Iterable[str] | None = None, nodes: int | None = None,
+                parallel: str | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
     if base is not None:
         cfg.topology = base.topology
         cfg.nodes = base.nodes
+        cfg.parallel = base.parallel
+    if parallel is not None:
+        cfg.parallel = parallel
+    if cfg.parallel is not None and cfg.parallel not in PARALLEL_MODES:
+        raise ConfigError(f"unknown parallel mode {cfg.parallel!r}; choose one of: "
+                          f"{', '.join(PARALLEL_MODES)}",
+                          hint="dp splits the batch over the devices, tp splits the weights")
     if topology is not None:
         cfg.topology = topology
     if nodes is not None:
@@ -277,6 +291,10 @@ def load_config(path: str | Path) -> StackConfig:
                           hint='e.g. paths = ["hipify-like"]')
     base.paths = tuple(paths)
     base.nodes = stack.get("nodes", 1)
+    if "parallel" in stack and not isinstance(stack["parallel"], str):
+        raise ConfigError(f"config file {p}: parallel must be a string "
+                          f"({' or '.join(map(repr, PARALLEL_MODES))}), got {stack['parallel']!r}")
+    base.parallel = stack.get("parallel")
     return make_config(stack.get("vendor"), seams, base=base)
 
 

@@ -34,3 +34,30 @@ def make_scratch(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FORNAX_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path
+
+
+#: a float in scientific notation (what depends on the host's BLAS in shown output)
+FLOAT = re.compile(r"-?\d+\.\d+e[-+]\d+")
+
+
+def same_output(got: str, shown: str) -> bool:
+    """Whether ``got`` is the output a page shows: the same lines, floats in scientific
+    notation equal to 1e-6 relative."""
+    g, s = got.rstrip("\n").splitlines(), shown.rstrip("\n").splitlines()
+    if len(g) != len(s):
+        return False
+    for a, b in zip(g, s):
+        if FLOAT.sub("<f>", a) != FLOAT.sub("<f>", b):
+            return False
+        for x, y in zip(FLOAT.findall(a), FLOAT.findall(b)):
+            if abs(float(x) - float(y)) > 1e-6 * max(abs(float(y)), 1e-30):
+                return False
+    return True
+
+
+def shown_after(page: Path, marker: str) -> str:
+    """The body of the first plain fenced block after ``marker`` on ``page``."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index(marker)) + 4
+    return text[start:text.index("```\n", start)]
+

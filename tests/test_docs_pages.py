@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from docs_blocks import FENCE, PAGES, ROOT, make_scratch
+from docs_blocks import FENCE, PAGES, ROOT, make_scratch, same_output
 
 
 @pytest.fixture
@@ -23,7 +23,6 @@ def scratch(tmp_path, monkeypatch):
     return make_scratch(tmp_path, monkeypatch)
 
 SEPARATOR = "--- docs-test: next block ---"
-FLOAT = re.compile(r"-?\d+\.\d+e[-+]\d+")
 
 
 def _python_blocks(page: Path) -> list[tuple[str, str | None, str | None]]:
@@ -42,19 +41,6 @@ def _python_blocks(page: Path) -> list[tuple[str, str | None, str | None]]:
     return blocks
 
 
-def _same_output(got: str, shown: str) -> bool:
-    g, s = got.rstrip("\n").splitlines(), shown.rstrip("\n").splitlines()
-    if len(g) != len(s):
-        return False
-    for a, b in zip(g, s):
-        if FLOAT.sub("<f>", a) != FLOAT.sub("<f>", b):
-            return False
-        for x, y in zip(FLOAT.findall(a), FLOAT.findall(b)):
-            if abs(float(x) - float(y)) > 1e-6 * max(abs(float(y)), 1e-30):
-                return False
-    return True
-
-
 @pytest.mark.parametrize("page", [p for p in PAGES if "```python" in p.read_text(encoding="utf-8")],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_python_block_of_a_page_runs(page, scratch):
@@ -68,7 +54,7 @@ def test_every_python_block_of_a_page_runs(page, scratch):
     assert p.returncode == 0, f"{page.name}:\n{p.stderr[-3000:]}"
     for (code, _, shown), printed in zip(blocks, p.stdout.split(SEPARATOR + "\n")):
         if shown is not None:
-            assert _same_output(printed, shown), f"{page.name}: the block's output changed; now:\n{printed}"
+            assert same_output(printed, shown), f"{page.name}: the block's output changed; now:\n{printed}"
 
 
 def _block_after(text: str, label: str, lang: str) -> str:

@@ -57,7 +57,12 @@ def main() -> None:
 @click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
 @click.option("--devices", type=int, default=None, metavar="N",
               help="Simulated devices joined by the topology (default 1, at most 1024, 64 in a "
-                   "mesh; the run uses device 0).")
+                   "mesh; the run uses device 0 unless --parallel splits it over all of them).")
+@click.option("--parallel", default=None, metavar="MODE",
+              help="Run the workload on every device, one rank each, their results joined by the "
+                   "library's collectives: dp (split the batch, gather the outputs) or tp (split "
+                   "the weights Megatron-style, all-reduce after each row-parallel layer); needs "
+                   "--devices N >= 2 and workload mlp or transformer-block.")
 @click.option("--topology", default=None, metavar="KIND",
               help="Fabric between the devices: switch (default), mesh or ring.")
 @click.option("--nodes", type=int, default=None, metavar="N",
@@ -87,7 +92,7 @@ def main() -> None:
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
-                dump_ir=None, framework="graph", all_rows=False, paths=(), nodes=None):
+                dump_ir=None, framework="graph", all_rows=False, paths=(), nodes=None, parallel=None):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
@@ -95,7 +100,8 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
     cfg = make_config(vendor, parse_seam_overrides(seams), spec=spec, seed=seed, base=base,
                       devices=devices, topology=topology, meta=meta,
                       translate=False if no_translate else None,
-                      fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths, nodes=nodes)
+                      fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths, nodes=nodes,
+                      parallel=parallel)
     prep = prepare(cfg, framework, workload, origin="fornax compose")
     plan = None
     if inject:
@@ -145,7 +151,8 @@ def _with_progress(what: str, fn, enabled: bool):
 
 def _render_scenario(sc: dict, console: Console) -> None:
     """The figures of a scenario workload (``report["scenario"]``, e.g. a training step)."""
-    t = Table(title="scenario: training step (simulated device; host figures measured)",
+    t = Table(title="scenario: training step (simulated devices, the slowest rank; host figures "
+                    "measured)",
               show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
@@ -153,7 +160,13 @@ def _render_scenario(sc: dict, console: Console) -> None:
             ("compute / communication (simulated)",
              f"{sc['compute_s']:.4f} s / {sc['communication_s']:.4f} s"),
             ("exposed communication", f"{sc['exposed_communication_s']:.4f} s"),
-            ("all-reduces", f"{sc['all_reduces']} ({sc['all_reduce_bytes'] / 2**30:.1f} GiB)"),
+            ("ranks: tensor x data parallel", f"{sc.get('tp', 1)} x {sc.get('dp', 1)} on "
+             f"{sc.get('nodes', 1)} node(s)"),
+            ("straggler spread (slowest - fastest rank)", f"{sc.get('straggler_spread_s', 0.0):.6f} s"),
+            ("tensor-parallel all-reduces (per rank)",
+             f"{sc['all_reduces']} ({sc['all_reduce_bytes'] / 2**30:.1f} GiB)"),
+            ("data-parallel gradient buckets (per rank)",
+             f"{sc.get('dp_all_reduces', 0)} ({sc.get('dp_all_reduce_bytes', 0) / 2**30:.1f} GiB)"),
             ("FLOPs executed / model (6 x params x tokens)",
              f"{sc['executed_flops']:.3e} / {sc['model_flops']:.3e}"),
             ("model FLOPs utilisation", f"{sc['mfu']:.1%}"),

@@ -17,11 +17,13 @@ group over the world and checks, against values computed on the CPU:
 * FSDP2: the same with ``fully_shard`` (each rank holding its shard of the parameters), in
   float32 and with bfloat16 mixed precision;
 * DTensor tensor parallelism on a DeviceMesh (ColwiseParallel / RowwiseParallel; a 2-D
-  data x tensor mesh on four or more ranks): forward and gradients as on the CPU.
+  data x tensor mesh on four or more ranks): forward and gradients as on the CPU;
+* pipeline parallelism (torch.distributed.pipelining, one stage per rank, GPipe and 1F1B):
+  losses and gradients as on the CPU.
 
 Each rank writes ``rank<R>.json`` to ``--out`` (what it checked, the collectives its backend
 recorded); rank 0 prints one line per family.  ``--only`` runs some of the checks
-(collectives, clocks, overlap, ddp, fsdp, tp); ``--trace DIR`` writes each rank's Perfetto
+(collectives, clocks, overlap, ddp, fsdp, tp, pp); ``--trace DIR`` writes each rank's Perfetto
 trace per family; ``--skip-on RANK`` makes that rank skip one more
 all_reduce, to show the others fail with the family's error instead of hanging.
 """
@@ -109,7 +111,7 @@ def collectives(group: Any, rank: int, size: int) -> dict[str, bool]:
     return ok
 
 
-def _mlp() -> nn.Module:
+def _mlp() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -172,6 +174,50 @@ def fsdp(group: Any, rank: int, size: int, steps: int = 3) -> dict[str, float]:
         _train(model, x[8 * rank:8 * rank + 8].to("fornax"), y[8 * rank:8 * rank + 8].to("fornax"), steps)
         out[f"{name}_max_abs_err"] = max((p.full_tensor().detach().cpu().float() - q.detach()).abs().max().item()
                                          for p, q in zip(params, ref.parameters()))
+    return out
+
+
+def pipeline(group: Any, rank: int, size: int, microbatches: int = 4) -> dict[str, float]:
+    """torch.distributed.pipelining: a stack of Linear+ReLU layers cut into one stage per rank,
+    run by the GPipe and the 1F1B schedules (activations and gradients sent between the
+    ranks' devices); each microbatch's loss and each stage's gradients against the CPU
+    model (the schedules average the gradients over the microbatches)."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(2 * microbatches, 8, generator=g), torch.randn(2 * microbatches, 4, generator=g)
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return ((out - target) ** 2).mean()
+
+    def layers() -> list[nn.Module]:
+        torch.manual_seed(0)
+        mods: list[nn.Module] = []
+        for _ in range(size):
+            mods += [nn.Linear(8, 8), nn.ReLU()]
+        return mods + [nn.Linear(8, 4)]
+
+    ref = nn.Sequential(*layers())
+    parts = [loss_fn(ref(xm), ym) for xm, ym in zip(x.chunk(microbatches), y.chunk(microbatches))]
+    (torch.stack(parts).sum() / microbatches).backward()
+    cut = [2 * r for r in range(size)] + [2 * size + 1]
+    mine = slice(cut[rank], cut[rank + 1])
+    out: dict[str, float] = {}
+    for name, schedule in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
+        stage_module = nn.Sequential(*layers()[mine]).to("fornax")
+        stage = PipelineStage(stage_module, rank, size, torch.device("fornax"), group=group)
+        run = schedule(stage, n_microbatches=microbatches, loss_fn=loss_fn)
+        losses: list[torch.Tensor] = []
+        if rank == 0:
+            run.step(x.to("fornax"))
+        elif rank == size - 1:
+            run.step(target=y.to("fornax"), losses=losses)
+        else:
+            run.step()
+        if losses:
+            out[f"{name}_loss_max_abs_err"] = max(abs(a.item() - b.item()) for a, b in zip(losses, parts))
+        grads = [(p.grad, q.grad) for p, q in zip(stage_module.parameters(), ref[mine].parameters())]
+        out[f"{name}_grad_max_abs_err"] = max((a.cpu() - b).abs().max().item()
+                                              for a, b in grads if a is not None and b is not None)
     return out
 
 
@@ -254,7 +300,7 @@ def clocks_meet(group: Any, world: Any, size: int) -> bool:
 
 
 #: what the program checks, in order (``--only`` picks some)
-PARTS = ("collectives", "clocks", "overlap", "ddp", "fsdp", "tp")
+PARTS = ("collectives", "clocks", "overlap", "ddp", "fsdp", "tp", "pp")
 
 
 def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | None,
@@ -274,6 +320,8 @@ def run_family(family: str, world: Any, rank: int, size: int, skip_on: int | Non
         out["fsdp"] = fsdp(group, rank, size)
     if "tp" in parts:
         out["tensor_parallel"] = tensor_parallel(group, rank, size)
+    if "pp" in parts:
+        out["pipeline"] = pipeline(group, rank, size)
     if skip_on is not None:
         x = torch.ones(4, device="fornax")
         if rank != skip_on:
@@ -310,6 +358,9 @@ def summary(r: dict[str, Any]) -> str:
     if "tensor_parallel" in r:
         tp = r["tensor_parallel"]
         said.append(f"DTensor TP on mesh {'x'.join(map(str, tp['mesh']))} max |dy| {tp['forward_max_abs_err']:.2e}")
+    if "pipeline" in r:
+        pp = r["pipeline"]
+        said.append(f"pipeline GPipe/1F1B max |dg| {max(pp['gpipe_grad_max_abs_err'], pp['1f1b_grad_max_abs_err']):.2e}")
     said.append(f"{r['backend']['calls']} calls on {r['backend']['library']}")
     return f"{r['family']}: {', '.join(said)}" + (f"; failed: {', '.join(bad)}" if bad else "")
 

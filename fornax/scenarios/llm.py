@@ -37,9 +37,11 @@ float32 with ``cast``.  Elementwise chains are ordered so the compiler's
 producer-consumer fusion keeps each norm, softmax and their backward passes
 in one kernel.
 
-:func:`simulate_step` runs the shard on a shape-only (meta) stack of
-``devices`` chips joined by a topology and prices every all-reduce with the
-topology's ring algorithm on the peer-link engine of the device timeline.
+:func:`simulate_step` runs the step on a shape-only (meta) stack of
+``devices`` chips joined by a topology (``tp``-wide tensor-parallel groups
+within a node, data-parallel across them): every rank's timeline is
+simulated, each device with its own compute stream and communication queues,
+every all-reduce joining its group (:mod:`.step_ranks`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from ..layers.errors import ConfigError, FornaxError
 from ..layers.framework import MetaArray
 from ..layers.graph import DType, Graph, Value
 from ..sim.timeline import Packet, Semaphore
+from .step_ranks import CostTap, StepRanks
 
 F32 = DType.FLOAT32
 
@@ -478,6 +481,15 @@ class StepReport:
     peak_host_rss_bytes: int
     symmetry: str
     notes: list = field(default_factory=list)
+    nodes: int = 1
+    tp: int = 1
+    dp: int = 1
+    dp_all_reduces: int = 0
+    dp_all_reduce_bytes: int = 0
+    #: the slowest rank's step time minus the fastest's
+    straggler_spread_s: float = 0.0
+    #: per rank: rank, node, step_time_s, compute_s, communication_s, exposed_communication_s
+    ranks: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -490,75 +502,195 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def step_numbers(stack, cfg: LlamaConfig, result, handler: TopologyAllReduce | None,
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for lo, hi in sorted(spans):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
+def rank_figures(stack) -> list[dict]:
+    """Each rank's step from its device's timeline: first kernel start to the end of its last
+    kernel or collective; compute (kernels), communication (collectives) and the part of the
+    communication no kernel overlapped."""
+    out = []
+    topo = stack.topology
+    for dev in stack.devices:
+        recs = dev.timeline.records
+        kern = [(r.start, r.end) for r in recs if r.kind == "kernel"]
+        coll = [(r.start, r.end) for r in recs if r.kind == "collective"]
+        if not kern:
+            raise FornaxError(f"device {dev.index} ran no kernels of the step", seam="framework")
+        start = min(lo for lo, _ in kern)
+        end = max(hi for _, hi in kern + coll)
+        compute = _union(kern)
+        out.append({"rank": dev.index, "node": topo.node_of[dev.index] if topo and topo.node_of else 0,
+                    "step_time_s": end - start, "compute_s": compute, "communication_s": _union(coll),
+                    "exposed_communication_s": _union(kern + coll) - compute})
+    return out
+
+
+def step_numbers(stack, cfg: LlamaConfig, result, ranks: StepRanks | None,
                  build_wall_s: float, host_wall_s: float) -> StepReport:
-    """The step's figures from a finished run on device 0 (see :func:`simulate_step`)."""
+    """The step's figures from a finished run of every rank (see :func:`simulate_step`)."""
     dev = stack.devices[0]
+    per_rank = rank_figures(stack)
+    slow = max(per_rank, key=lambda p: p["step_time_s"])
     recs = dev.timeline.records
-    work = [r for r in recs if r.kind in ("kernel", "collective")]
-    if not work:
-        raise FornaxError("the step ran no kernels", seam="framework")
-    start = min(r.start for r in work if r.kind == "kernel")
-    end = max(r.end for r in work)
-    compute = sum(r.end - r.start for r in work if r.kind == "kernel")
-    comm = sum(r.end - r.start for r in work if r.kind == "collective")
+    start = min(r.start for r in recs if r.kind == "kernel")
     uploads = sum(r.end - r.start for r in recs if r.kind == "copy" and r.end <= start)
-    step = end - start
+    step = slow["step_time_s"]
     kernels = [k for k in stack.driver.kernel_log]
     executed = float(sum(k.flops for k in kernels))
-    model = 6.0 * cfg.params() * cfg.tokens
-    peak_rate = dev.spec.matrix_peak.get(cfg.dtype.value, 0.0) * stack.config.devices
-    mfu = model / (step * peak_rate) if step > 0 and peak_rate > 0 else 0.0
     n = stack.config.devices
+    dp = n // cfg.tp
+    model = 6.0 * cfg.params() * cfg.tokens * dp
+    peak_rate = dev.spec.matrix_peak.get(cfg.dtype.value, 0.0) * n
+    mfu = model / (step * peak_rate) if step > 0 and peak_rate > 0 else 0.0
+    times = [p["step_time_s"] for p in per_rank]
+    tp_points = [p for p in ranks.points if p.kind == "tp"] if ranks else []
+    dp_points = [p for p in ranks.points if p.kind == "dp"] if ranks else []
     return StepReport(
         config=asdict(cfg) | {"dtype": cfg.dtype.value, "params": cfg.params()},
         vendor=stack.config.seams["compiler"], devices=n, topology=stack.config.topology,
-        step_time_s=step, compute_s=compute, communication_s=comm,
-        exposed_communication_s=max(0.0, step - compute), all_reduces=handler.calls if handler else 0,
-        all_reduce_bytes=handler.bytes if handler else 0, kernels=len(kernels),
+        step_time_s=step, compute_s=slow["compute_s"], communication_s=slow["communication_s"],
+        exposed_communication_s=slow["exposed_communication_s"], all_reduces=len(tp_points),
+        all_reduce_bytes=sum(p.nbytes for p in tp_points), kernels=len(kernels),
         executed_flops=executed * n, matmul_flops=plan_matmul_flops(result.plans) * n,
         model_flops=model, mfu=mfu, peak_hbm_bytes=dev.memory.peak, hbm_bytes=dev.spec.hbm_bytes,
         fits=dev.memory.peak <= dev.spec.hbm_bytes, upload_s=uploads, host_wall_s=host_wall_s,
         build_wall_s=build_wall_s, compile_wall_s=stack.compiler.compile_wall_s,
-        peak_host_rss_bytes=peak_rss_bytes(),
-        symmetry=(f"the shard ran on device 0 only; the other {n - 1} device(s) run the identical "
-                  "shard at the same times, so their work is charged by symmetry (FLOPs x "
-                  f"{n}), not simulated" if n > 1 else "one device"),
-        notes=["step time: first kernel start to last kernel or all-reduce end on device 0; the "
-               "initial upload of weights and inputs (upload_s) and the gradient download are "
-               "outside it (a training loop keeps them resident)",
-               "model FLOPs = 6 x params x tokens; mfu = model FLOPs / (step time x devices x "
-               "bf16 matrix peak)"])
+        peak_host_rss_bytes=peak_rss_bytes(), nodes=stack.config.nodes, tp=cfg.tp, dp=dp,
+        dp_all_reduces=len(dp_points), dp_all_reduce_bytes=sum(p.nbytes for p in dp_points),
+        straggler_spread_s=max(times) - min(times), ranks=per_rank,
+        symmetry=(f"every rank's timeline is simulated: rank 0 runs the shard through the stack "
+                  f"on device 0; the other {n - 1} rank(s) hold shards of the same shapes and "
+                  "replay its kernels and copies on their own devices (each kernel's cost "
+                  "accounted by that device's power model at its own start time), with their "
+                  "own compute stream and communication queues; every all-reduce starts when "
+                  "the last rank of its group arrives; ranks other than 0 allocate no memory "
+                  "(their peak equals rank 0's)" if n > 1 else "one device"),
+        notes=["step time: the slowest rank's first kernel start to its last kernel or "
+               "all-reduce end; the initial upload of weights and inputs (upload_s) and the "
+               "gradient download are outside it (a training loop keeps them resident)",
+               f"tensor-parallel over {cfg.tp} devices within a node (an all-reduce after each "
+               "row-parallel product, consumed at once)"
+               + (f", data-parallel over {dp} copies: each backward all-reduce point issues the "
+                  "gradients finished since the previous one as a bucket on a separate queue, "
+                  "which the backward pass overlaps" if dp > 1 else ""),
+               "model FLOPs = 6 x params x tokens x data-parallel copies; mfu = model FLOPs / "
+               "(step time x devices x bf16 matrix peak)"])
+
+
+def default_tp(stack, cfg: LlamaConfig | None = None) -> int:
+    """Tensor-parallel width: the most devices of one node that the model's key/value heads
+    (and query heads) split over evenly."""
+    c = cfg or LlamaConfig(tp=1)
+    per_node = stack.config.devices // stack.config.nodes
+    return max(t for t in range(1, per_node + 1)
+               if per_node % t == 0 and c.kv_heads % t == 0 and c.heads % t == 0
+               and c.ffn % t == 0)
+
+
+def dp_buckets(cfg: LlamaConfig) -> tuple[dict[int, int], int]:
+    """Data-parallel gradient buckets: the bytes issued with each tensor-parallel all-reduce of
+    the backward pass (by call index), and the last bucket after the step.  At the MLP
+    all-reduce of layer ``i``: W2, W1, W3 of layer ``i`` (with the head and final norm at the
+    last layer, else the attention norm of layer ``i+1``); at its attention all-reduce: W_o,
+    W_q, W_k, W_v and the MLP norm of layer ``i``; after the step: the embedding and layer 0's
+    attention norm."""
+    shapes = cfg.weight_shapes()
+    item = cfg.dtype.itemsize
+    L = cfg.layers
+
+    def size(*names: str) -> int:
+        return sum(math.prod(shapes[n]) * item for n in names)
+
+    out: dict[int, int] = {}
+    for i in reversed(range(L)):
+        p = f"l{i}."
+        extra = ("head", "final_norm") if i == L - 1 else (f"l{i + 1}.attn_norm",)
+        out[2 * L + 2 * (L - 1 - i)] = size(p + "w2", p + "w1", p + "w3", *extra)
+        out[2 * L + 2 * (L - 1 - i) + 1] = size(p + "wo", p + "wq", p + "wk", p + "wv", p + "mlp_norm")
+    return out, size("embed", "l0.attn_norm")
+
+
+def _run_ranks(stack, cfg: LlamaConfig, graph: Graph, feeds: dict) -> tuple[object, StepRanks | None]:
+    """Rank 0's shard through the stack on device 0 (compiled once, launched on its stream) and,
+    with several devices, every other rank alongside (:class:`StepRanks`)."""
+    from ..layers.framework import RunResult
+
+    n = stack.config.devices
+    if n == 1:
+        return stack.framework.run(graph, feeds), None
+    buckets, last = dp_buckets(cfg)
+    ranks = StepRanks(stack, cfg.tp, lambda i: buckets.get(i, 0))
+    rt = stack.runtime
+    rt.set_device(0)
+    dev0 = stack.devices[0]
+    stream = rt.default_stream()
+    plan = stack.framework.prepare(graph, stream)
+    ptrs: list[int] = []
+    try:
+        ins = []
+        for v in graph.inputs:
+            ins.append(rt.malloc(feeds[v.name].nbytes))
+            ptrs.append(ins[-1])
+            rt.memcpy_h2d(ins[-1], feeds[v.name], stream)
+        outs = []
+        for v in graph.outputs:
+            outs.append(rt.malloc(MetaArray.like(v).nbytes))
+            ptrs.append(outs[-1])
+        tap = ranks.tap = CostTap(dev0.power)
+        dev0.power = tap
+        try:
+            plan(ins, outs, stream, collective=ranks)
+            ranks.finish0(rt, last)
+            ranks.run()
+        finally:
+            dev0.power = tap.power
+        rt.synchronize()
+    finally:
+        for ptr in ptrs:
+            rt.free(ptr)
+        plan.release()
+    return RunResult([], [], [], [plan.plan]), ranks
 
 
 def simulate_step(vendor: str = "cuda-like", devices: int = 8, topology: str = "switch",
                   cfg: LlamaConfig | None = None, spec: str = "h200-like", seed: int = 0,
-                  stack=None) -> tuple[StepReport, object, object]:
-    """Compose a shape-only stack of ``devices`` chips and run one training step's shard.
+                  stack=None, nodes: int = 1) -> tuple[StepReport, object, object]:
+    """Compose a shape-only stack of ``devices`` chips and run one training step on all of them.
 
-    Returns the :class:`StepReport`, the stack and the run result.  ``cfg.tp`` defaults to
-    ``devices``; a given ``stack`` (composed with ``meta``) is used as it is.
+    Returns the :class:`StepReport`, the stack and rank 0's run result.  ``cfg.tp`` defaults to
+    the most devices of a node the model splits over (:func:`default_tp`); the devices form
+    ``tp``-wide tensor-parallel groups, ``devices / tp`` of them data-parallel.  A given
+    ``stack`` (composed with ``meta``) is used as it is.
     """
     from ..stack import compose, make_config
 
     t0 = time.perf_counter()
     if stack is None:
         stack = compose(make_config(vendor, spec=spec, devices=devices, topology=topology,
-                                    meta=True, seed=seed))
+                                    meta=True, seed=seed, nodes=nodes))
     if not stack.config.meta:
         raise ConfigError("the llama training step needs shape-only mode (--meta): a 70B model's "
                           "weights and activations are not materialised")
     devices = stack.config.devices
-    cfg = cfg or LlamaConfig(tp=devices)
-    if cfg.tp != devices:
-        raise ConfigError(f"the step is built for tp={cfg.tp} but the stack has {devices} device(s)",
-                          hint=f"compose with --devices {cfg.tp}")
+    cfg = cfg or LlamaConfig(tp=default_tp(stack))
+    per_node = devices // stack.config.nodes
+    if devices % cfg.tp or per_node % cfg.tp:
+        raise ConfigError(f"the step is built for tp={cfg.tp}, which does not split the stack's "
+                          f"{devices} device(s) ({per_node} per node) into whole tensor-parallel "
+                          "groups within a node",
+                          hint=f"compose with --devices a multiple of {cfg.tp}, {cfg.tp} or more a node")
     graph = build_step(cfg)
     feeds = make_feeds(cfg, meta=True)
     build = time.perf_counter() - t0
-    handler = TopologyAllReduce(stack) if devices > 1 else None
     t1 = time.perf_counter()
-    result = stack.framework.run(graph, feeds, collective=handler)
+    result, ranks = _run_ranks(stack, cfg, graph, feeds)
     run = time.perf_counter() - t1
-    rep = step_numbers(stack, cfg, result, handler, build, build + run)
+    rep = step_numbers(stack, cfg, result, ranks, build, build + run)
     return rep, stack, result

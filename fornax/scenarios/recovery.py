@@ -46,7 +46,7 @@ from fornax.sim.faults import FaultPlan, FaultSpec
 KINDS = ("device_lost", "link_failure")
 
 
-def _model() -> nn.Module:
+def _model() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -91,7 +91,10 @@ def train(args: argparse.Namespace, rank: int, size: int, attempt: int) -> dict[
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
-    mesh = DeviceMesh.from_group(dist.group.WORLD, "fornax", mesh_dim_names=("dp",))
+    world = dist.group.WORLD
+    if world is None:
+        raise RuntimeError("the default process group is not initialised")
+    mesh = DeviceMesh.from_group(world, "fornax", mesh_dim_names=("dp",))
     model = _model().to("fornax")
     for layer in model:
         if isinstance(layer, nn.Linear):

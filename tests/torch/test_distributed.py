@@ -1,7 +1,7 @@
 """torch.distributed on fornax: the ``fornax`` backend under torchrun, one process per rank,
 each simulating its own device — every collective against its CPU result, the ranks'
 simulated clocks meeting at each collective, DDP against single-process CPU training, on
-every family; two nodes over the NIC tier; a rank that skips a collective fails the others
+every family, FSDP2, DTensor tensor parallelism and pipeline stages; two nodes over the NIC tier; a rank that skips a collective fails the others
 with the family's error."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from docs_blocks import ROOT, same_output, shown_after
 import fornax.frameworks.torch  # noqa: F401  (registers the device and the backend)
 from fornax.frameworks.torch import distributed as fd
 from fornax.layers.collectives.order import reduce_in_order
@@ -61,6 +62,8 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
             assert 1e-6 < fs["bf16_max_abs_err"] < 5e-3, (r["family"], fs)
             tp = r["tensor_parallel"]
             assert tp["mesh"] == [2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
+            pp = r["pipeline"]        # stage gradients on both ranks, losses on the last
+            assert max(pp.values()) < 1e-6 and ("gpipe_loss_max_abs_err" in pp) == (rank == 1), pp
             b = r["backend"]
             assert b["backend"] == "fornax" and b["library"] == LIBRARIES[r["family"]]
             assert b["rank"] == rank and b["world_size"] == 2 and b["calls"] == len(b["collectives"])
@@ -71,14 +74,18 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
                 assert c["simulated_s"] > 0 and c["bytes"] >= 0
                 if c["op"] == "all_reduce" and c["bytes"]:
                     assert c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * 2 * (2 - 1) / 2)
-    # both ranks recorded the same collectives, at the same simulated start times
+    # both ranks recorded the same collectives, at the same simulated start times (a pipeline
+    # stage's send is its peer's recv)
+    p2p = {"send": "p2p", "recv": "p2p"}
     for a, b in zip(ranks[0], ranks[1]):
-        sa = [(c["seq"], c["op"], round(c["start_s"], 15)) for c in a["backend"]["collectives"]]
-        sb = [(c["seq"], c["op"], round(c["start_s"], 15)) for c in b["backend"]["collectives"]]
+        sa = [(c["seq"], p2p.get(c["op"], c["op"]), round(c["start_s"], 15)) for c in a["backend"]["collectives"]]
+        sb = [(c["seq"], p2p.get(c["op"], c["op"]), round(c["start_s"], 15)) for c in b["backend"]["collectives"]]
         assert [s[:2] for s in sa] == [s[:2] for s in sb]
-        assert [s[2] for s in sa if s[1] != "send" and s[1] != "recv"] == \
-            [s[2] for s in sb if s[1] != "send" and s[1] != "recv"]
+        assert [s[2] for s in sa if s[1] != "p2p"] == [s[2] for s in sb if s[1] != "p2p"]
     assert "cuda-like: 15/15 collectives match, clocks meet: True, overlap: True" in proc.stdout
+    # what docs/distributed.md shows is what the program prints
+    shown = shown_after(ROOT / "docs" / "distributed.md", "Output (rank 0's summary")
+    assert same_output(proc.stdout, shown), f"docs/distributed.md's output changed; now:\n{proc.stdout}"
     # the ranks' traces merge: every collective of the family's group is matched on both ranks
     traces = [json.loads((tmp_path / "traces" / "rocm-like" / f"rank{r}.trace.json").read_text())
               for r in (0, 1)]
@@ -93,13 +100,14 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
 
 
 def test_four_ranks_and_a_two_d_mesh(tmp_path):
-    proc, ranks = torchrun(tmp_path, 4, "--families", "xpu-like", "--only", "collectives,clocks,tp")
+    proc, ranks = torchrun(tmp_path, 4, "--families", "xpu-like", "--only", "collectives,clocks,tp,pp")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for results in ranks:
         (r,) = results
         assert all(r["checks"].values()) and r["clocks_meet"] and "ddp_max_abs_err" not in r
         tp = r["tensor_parallel"]
         assert tp["mesh"] == [2, 2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
+        assert max(r["pipeline"].values()) < 1e-6          # four stages, GPipe and 1F1B
         assert r["backend"]["world_size"] == 4 and r["backend"]["library"] == "oneccl-like"
         # four ranks over the switch: the ring all-reduce's bus factor is 2(n-1)/n
         ar = [c for c in r["backend"]["collectives"] if c["op"] == "all_reduce" and c["bytes"] >= 4096]

@@ -77,9 +77,13 @@ class FornaxWork(dist._Work):
     internal stream.  torch calls ``wait()`` itself for a synchronous collective."""
 
     def __init__(self, pg: "ProcessGroupFornax", outputs: list[torch.Tensor], done: Any,
-                 copies: list[tuple[torch.Tensor, torch.Tensor]]):
+                 copies: list[tuple[torch.Tensor, torch.Tensor]], inputs: list[torch.Tensor]):
         super().__init__()
         self._pg, self._outputs, self._done, self._copies = pg, outputs, done, copies
+        # the inputs' memory must not go back to the caching allocator (and be handed to work
+        # on another stream) before the collective has read it: held until the caller's stream
+        # waits for it (what ProcessGroupNCCL does with recordStream)
+        self._inputs: list[torch.Tensor] | None = inputs
         self._waited = False
 
     def wait(self, timeout: Any = None) -> bool:
@@ -90,6 +94,7 @@ class FornaxWork(dist._Work):
                 session.runtime.stream_wait_event(current_runtime_stream(session), self._done)
             for out, tmp in self._copies:          # a non-contiguous output gets its values now
                 out.copy_(tmp)
+            self._inputs = None
         return True
 
     def synchronize(self) -> None:
@@ -319,7 +324,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
             runtime.stream_wait_event(self.stream, runtime.record_event(caller))
             self.stream.queue.enqueue(work, f"{call} seq {seq} {nbytes}B", "collective", engine=ENGINE)
             done = runtime.record_event(self.stream)
-        return FornaxWork(self, list(outputs), done, [(o, t) for o, t in zip(outputs, outs) if t is not o])
+        return FornaxWork(self, list(outputs), done, [(o, t) for o, t in zip(outputs, outs) if t is not o],
+                          [*inputs, *ins])
 
     def _record(self, op: str, call: str, seq: int, nbytes: int, priced: Any, start: float) -> None:
         n = self.size()
