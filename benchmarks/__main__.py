@@ -17,8 +17,8 @@ from fornax.layers.graph import DType
 from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
-from . import (calibration, churn, collectives, compile_times, gemm_sweep, jax_frontend, opinfo, real_clients,
-               scale_out, shape_only, torch_frontend)
+from . import (calibration, churn, collectives, compile_times, ddp_scaling, gemm_sweep, jax_frontend, opinfo,
+               real_clients, scale_out, shape_only, torch_frontend)
 
 from . import REPEATS
 from . import best as _best
@@ -74,6 +74,7 @@ def main() -> None:
     compile_times.main()
     shape_only.main()
     scale_out.main()
+    ddp_scaling.main()
     gemm_sweep.main()
     collectives.main()
     torch_frontend.main()
