@@ -142,6 +142,9 @@ def test_two_nodes_on_one_machine_and_a_rank_that_skips_a_collective(tmp_path):
     err = json.loads((out / "rank0.json").read_text())[0]["skip"]["error"]
     assert err is not None and "ncclRemoteError" in err and "ncclAllReduce (seq" in err
     assert "rank 0 of 2" in err and "GLHF" not in err and ".cc:" not in err
+    # the flight recorder names the rank that never reached the call, and where it is
+    seq = int(err.split("ncclAllReduce (seq ")[1].split(",")[0])
+    assert f"rank 1 is at seq {seq - 1} (" in err
     assert json.loads((out / "rank1.json").read_text())[0]["skip"]["error"] is None
 
 

@@ -55,10 +55,30 @@ class Exchange:
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         self.rank, self.size, self.timeout = rank, size, timeout
         self._pg = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._store = store
         self._sending: list[tuple[dist.Work, torch.Tensor]] = []   # posted sends, their buffers
         #: set while this rank's side of a collective has failed: the next all-gather sends the
         #: message instead of the data, so every rank learns of it at the same exchange
         self.failure: str | None = None
+
+    def enter(self, seq: int, call: str) -> None:
+        """Note in the store the collective this rank is entering (a flight recorder: on a
+        timeout every rank can tell who never got there)."""
+        self._store.set(f"flight/{self.rank}", f"{seq}\t{call}")
+
+    def behind(self, seq: int) -> list[tuple[int, int | None, str]]:
+        """The ranks that had not entered collective ``seq``: (rank, the sequence number and
+        call each entered last, or None and "" for none at all)."""
+        late: list[tuple[int, int | None, str]] = []
+        for r in range(self.size):
+            key = f"flight/{r}"
+            if not self._store.check([key]):
+                late.append((r, None, ""))
+                continue
+            last, _, call = self._store.get(key).decode().partition("\t")
+            if int(last) < seq:
+                late.append((r, int(last), call))
+        return late
 
     def abort(self) -> None:
         """Close the transport: peers waiting on this rank fail now instead of at the timeout."""

@@ -280,6 +280,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 self.exchange.failure = f"{exc}"
             mine = [np.frombuffer(space.read(a, n), dtype=np.uint8) if n else np.empty(0, np.uint8)
                     for a, n in src] if own is None else [np.empty(0, np.uint8) for _ in src]
+            self.exchange.enter(seq, call)
             try:
                 got = move(mine, now, what)
             except RemoteFailure as exc:
@@ -292,7 +293,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
                                                         "(torchrun --max-restarts)")) from None
             except ExchangeError as exc:
                 raise CollectiveFailed(self._error(
-                    "missing_rank", f"{what} failed: {exc}", op,
+                    "missing_rank", f"{what} failed: {exc}; {self._behind(seq)}", op,
                     hint="a peer rank failed or exited (see its own error), or issued other "
                          "collectives: every rank must make the same calls in the same order")) from None
             finally:
@@ -540,6 +541,18 @@ class ProcessGroupFornax(dist.ProcessGroup):
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                           input_split_sizes: list[int], opts: Any = None) -> dist.Work:
         return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def _behind(self, seq: int) -> str:
+        """The flight recorder's view of a failed collective: the ranks that never reached it."""
+        try:
+            late = self.exchange.behind(seq)
+        except Exception as exc:       # the store went with a dead launcher: say so, keep the error
+            return f"the other ranks' progress is unknown ({type(exc).__name__})"
+        if not late:
+            return "every rank entered it"
+        return "; ".join(f"rank {self.members[r]} " + (f"is at seq {last} ({call})" if last is not None
+                                                         else "entered no collective")
+                         for r, last, call in late)
 
     def abort(self) -> None:
         """Close this rank's transports (``ncclCommAbort``-like): ranks waiting on it fail now
