@@ -10,14 +10,18 @@ PJRT-shaped device interface.
 * :mod:`.lowering` and the rule modules (:mod:`.primitives`, :mod:`.indexing`,
   :mod:`.rng`, :mod:`.windows`): one lowering rule per jax primitive; a primitive without one runs
   on the host as a named fallback, counted in :func:`report`.
+* :mod:`.shard_map`, :mod:`.collectives`, :mod:`.mesh`: ``jax.shard_map`` / ``jax.pmap``
+  programs over a mesh of the stack's devices (:func:`mesh`), each device running its shard,
+  the collectives on the library's communicators.
 """
 
 from __future__ import annotations
 
 from . import indexing, primitives, rng, windows  # noqa: F401  (they register their lowering rules)
-from .api import Jitted, client, device_put, devices, jit, resolve, use_stack
+from . import collectives, shard_map  # noqa: F401  (they register their instruction builders)
+from .api import Jitted, client, device_put, devices, jit, mesh, resolve, use_stack
 from .lowering import RULES, NotLowerable
-from .pjrt import Buffer, Client, Device, Event, JaxDeviceError, LoadedExecutable
+from .pjrt import Buffer, Client, Device, DevicePlacement, Event, JaxDeviceError, LoadedExecutable
 
 
 def report(stack=None) -> dict:
@@ -26,6 +30,6 @@ def report(stack=None) -> dict:
     return resolve(stack).report()
 
 
-__all__ = ["Buffer", "Client", "Device", "Event", "JaxDeviceError", "Jitted", "LoadedExecutable",
-           "NotLowerable", "RULES", "client", "device_put", "devices", "jit", "report", "resolve",
-           "use_stack"]
+__all__ = ["Buffer", "Client", "Device", "DevicePlacement", "Event", "JaxDeviceError", "Jitted",
+           "LoadedExecutable", "NotLowerable", "RULES", "client", "device_put", "devices", "jit", "mesh",
+           "report", "resolve", "use_stack"]

@@ -22,6 +22,7 @@ stack TOML file) or ``FORNAX_VENDOR``, else cuda-like.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import weakref
@@ -29,10 +30,12 @@ from collections import OrderedDict
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from ...layers.errors import ConfigError, InvalidArgumentError
 from ...stack import Stack, compose, load_config, make_config
 from . import lowering as L
+from .mesh import require_devices
 from .pjrt import Buffer, Client
 from .program import build_program
 
@@ -41,16 +44,19 @@ _default: Client | None = None
 
 
 def use_stack(vendor: str | None = None, *, config: str | None = None, spec: str | None = None,
-              seams: dict[str, str] | None = None, stack: Stack | None = None) -> Client:
+              seams: dict[str, str] | None = None, devices: int | None = None,
+              topology: str | None = None, stack: Stack | None = None) -> Client:
     """Compose the stack the default client runs on (all seams from ``vendor``, a TOML
-    ``config`` file, per-seam overrides, a chip ``spec``), or adopt a composed ``stack``."""
+    ``config`` file, per-seam overrides, a chip ``spec``, ``devices`` simulated devices joined
+    by a ``topology``), or adopt a composed ``stack``."""
     global _default
     if stack is None:
         base = load_config(config) if config else None
         if vendor is None and base is None and not seams:
             raise ConfigError("use_stack() needs a vendor, a config file, seams or a stack",
                               hint="e.g. use_stack('rocm-like') or use_stack(config='stack.toml')")
-        stack = compose(make_config(vendor, seams, spec=spec, base=base))
+        stack = compose(make_config(vendor, seams, spec=spec, base=base, devices=devices,
+                                    topology=topology))
         origin = f"use_stack({vendor or config or seams})"
     else:
         origin = "use_stack(stack=...)"
@@ -100,7 +106,24 @@ def _vendor_client(vendor: str) -> Client:
 
 
 def devices(stack=None) -> list:
+    """Every simulated device of the client's stack (``jax.devices()`` for fornax)."""
     return resolve(stack).devices()
+
+
+def mesh(shape, axis_names, stack=None) -> Mesh:
+    """A ``jax.sharding.Mesh`` of ``shape`` named ``axis_names`` over the first
+    ``prod(shape)`` devices of the client's stack, in order (``jax.make_mesh`` for fornax);
+    ``jax.shard_map`` programs over it run on those devices under :func:`jit`."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+    c = resolve(stack)
+    if len(shape) != len(names) or not all(isinstance(n, int) and n >= 1 for n in shape):
+        raise InvalidArgumentError(f"mesh shape {shape} and axis names {names} must pair up, one "
+                                   "positive size per name", seam="framework",
+                                   hint="e.g. fj.mesh((2, 2), ('data', 'model'))")
+    need = math.prod(shape)
+    require_devices(c, f"a mesh of shape {shape}", need)
+    return Mesh(np.array(c.devices()[:need], dtype=object).reshape(shape), names)
 
 
 def device_put(x, device=None, stack=None):
@@ -200,7 +223,7 @@ class Jitted:
         prog, out_tree = self.lower(*args)
         client = prog.client
         with client.lock:
-            bufs = [x if isinstance(x, Buffer) and x.client is client
+            bufs = [x if isinstance(x, Buffer) and x.placement is client.home
                     else client.value_from_pyval(x.to_numpy() if isinstance(x, Buffer) else x, r.aval)
                     for x, r in zip(leaves, prog.ins)]
             client.counts["executions"] += 1

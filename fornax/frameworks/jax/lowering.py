@@ -159,10 +159,12 @@ class LowerCtx:
 
     ``where`` names the equation being lowered (for messages); :meth:`inline` lowers a
     sub-jaxpr into the same graph (a rule whose primitive carries a jaxpr, such as a
-    scatter's combiner, uses it)."""
+    scatter's combiner, uses it).  ``axes``: inside a ``shard_map`` body, each mesh axis's
+    (index of the device the graph runs on, size); None outside."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, axes: dict[str, tuple[int, int]] | None = None):
         self.graph = graph
+        self.axes = axes
         self.where = ""
         self._consts: dict = {}
 

@@ -16,7 +16,13 @@ it is not a loadable PJRT plugin)::
 Transfers are explicit: a buffer's bytes live in simulated device memory from
 :meth:`Client.buffer_from_pyval` until it is deleted (or collected); reading it
 (``np.asarray(buffer)``, :meth:`Buffer.to_numpy`) is a device-to-host copy that
-waits for the stream.  Everything runs in order on the client's stream.
+waits for the stream.
+
+The client lists every simulated device of its stack (:meth:`Client.devices`,
+each with its properties).  Each device has a :class:`DevicePlacement`: its
+stream, on which everything placed on that device runs in order, and its
+buffers.  Compiled executables run on device 0; a ``shard_map`` program runs
+its body on every device of its mesh (:mod:`.shard_map`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import jax
 import numpy as np
@@ -58,16 +66,34 @@ class Event:
 
 
 class Device:
-    """One simulated device of the client, named in the family's vocabulary."""
+    """One simulated device of the client, named in the family's vocabulary: ``jax.Device``'s
+    fields (``id``, ``platform``, ``device_kind``, ``process_index``, ``local_hardware_id``)
+    and the driver's :meth:`properties`.  A ``jax.sharding.Mesh`` can be built over them."""
 
     def __init__(self, client: "Client", index: int):
         self.client, self.id = client, index
-        self.device_kind = client.stack.driver.properties(index).name
+        self._props = client.stack.driver.properties(index)
+        self.device_kind = self._props.name
+        self.local_hardware_id = index
         self.process_index = 0
         self.platform = client.platform
+        topology = client.stack.topology
+        #: the node the device sits on (the stack's ``nodes``; 0 on one node)
+        self.node = topology.node_of[index] if topology is not None else 0
+
+    def properties(self) -> dict[str, Any]:
+        """The device as the driver describes it: name, arch target, compute units, SIMD
+        width, memory bytes, node, and the family's own fields (``native``)."""
+        p = self._props
+        return {"id": self.id, "name": p.name, "target": p.target, "compute_units": p.compute_units,
+                "simd_width": p.simd_width, "memory_bytes": p.memory_bytes, "node": self.node,
+                "native": dict(p.native)}
 
     def memory_stats(self) -> dict:
         return self.client.runtime.memory_stats(self.id)
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.id}"
 
     def __repr__(self) -> str:
         return f"{self.client.device_class}(id={self.id})"
@@ -78,9 +104,10 @@ class Buffer:
     event that says when they are written.  A PRNG key array is held as its raw data; a
     narrow or unsigned integer in the wider graph integer that carries it."""
 
-    def __init__(self, client: "Client", aval, address: int | None, ready: Event | None,
+    def __init__(self, placement: "DevicePlacement", aval, address: int | None, ready: Event | None,
                  owner: "Buffer | None" = None):
-        self.client, self.aval = client, aval
+        self.placement, self.client, self.aval = placement, placement.client, aval
+        client = self.client
         self._address = address
         self._generation = client.generation
         self.ready = ready
@@ -90,9 +117,9 @@ class Buffer:
         self._owner = owner                  # a view keeps its parent's bytes alive
         self._finalizer = None
         if address is not None and owner is None:
-            self._finalizer = weakref.finalize(self, client._release, address)
+            self._finalizer = weakref.finalize(self, placement._release, address)
             self._finalizer.atexit = False     # at exit nothing waits on the simulated device
-            client._live[address] = self.nbytes
+            placement._live[address] = self.nbytes
 
     # -- jax.Array-like ---------------------------------------------------------------------------
     @property
@@ -112,7 +139,7 @@ class Buffer:
         return len(self.shape)
 
     def device(self) -> Device:
-        return self.client.devices()[0]
+        return self.placement.device
 
     def on_device_size_in_bytes(self) -> int:
         return self.nbytes
@@ -156,7 +183,7 @@ class Buffer:
         integers widened); waits for the work that writes them."""
         host = np.empty(self.device_shape, self.device_dtype.numpy)
         if self.nbytes:
-            self.client.runtime.memcpy_d2h(host, device_address(self), self.client.stream, blocking=True)
+            self.client.runtime.memcpy_d2h(host, device_address(self), self.placement.stream, blocking=True)
         self.client.counts["d2h_bytes"] += self.nbytes
         return host
 
@@ -170,7 +197,7 @@ class Buffer:
 
     def view(self, offset: int, aval) -> "Buffer":
         """A buffer of ``aval`` at byte ``offset`` inside this one (a scan's slice)."""
-        return Buffer(self.client, aval, None if self._address is None else device_address(self) + offset,
+        return Buffer(self.placement, aval, None if self._address is None else device_address(self) + offset,
                       self.ready, owner=self if self._owner is None else self._owner)
 
     def __repr__(self) -> str:
@@ -213,6 +240,107 @@ class HostValue:
         return f"HostValue({self.aval.str_short()}, on the host: no fornax device dtype)"
 
 
+class DevicePlacement:
+    """The part of a client that lives on one of its devices: the device's stream (everything
+    placed there runs in order on it), the buffers allocated there and the transfers to and
+    from them (``client.placement(i)``; the client's own calls use device 0's).  It is what
+    a program built for that device runs on (:class:`.program.ProgramClient`)."""
+
+    def __init__(self, client: "Client", index: int):
+        self.client, self.index = client, index
+        self._live: dict[int, int] = {}
+        with self.current():
+            self.stream = client.runtime.default_stream()
+
+    @property
+    def device(self) -> Device:
+        return self.client._devices[self.index]
+
+    @property
+    def runtime(self):
+        return self.client.runtime
+
+    @property
+    def framework(self):
+        return self.client.framework
+
+    @property
+    def generation(self) -> int:
+        return self.client.generation
+
+    @property
+    def counts(self) -> Counter:
+        return self.client.counts
+
+    def record_route(self, primitive: str, route: str, reason: str = "", n: int = 1) -> None:
+        self.client.record_route(primitive, route, reason, n)
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        """Make this device the runtime's current one (allocations, module loads) for a while."""
+        rt = self.client.runtime
+        prev = rt.current_device()
+        if prev != self.index:
+            rt.set_device(self.index)
+        try:
+            yield
+        finally:
+            if prev != self.index:
+                rt.set_device(prev)
+
+    def allocate(self, nbytes: int) -> int | None:
+        if not nbytes:
+            return None
+        with self.current():
+            return self.client.runtime.allocate(nbytes, self.stream)
+
+    def _release(self, address: int) -> None:
+        with self.client.lock:
+            if self._live.pop(address, None) is not None:
+                self.client.runtime.deallocate(address)
+
+    def buffer_from_pyval(self, value, aval=None) -> Buffer:
+        """Copy a host value into a new buffer on this device (see :meth:`Client.buffer_from_pyval`)."""
+        if aval is None:
+            aval = jax.typeof(value)
+        if L.device_dtype(aval.dtype) is None:
+            raise JaxDeviceError(f"{aval.dtype} has no fornax device dtype", seam="framework",
+                                 hint="use float32/float16/bfloat16/float64, int8-64, uint8-32 or bool")
+        host = L.to_device_array(value, aval)
+        with self.client.lock:
+            address = self.allocate(host.nbytes)
+            if address is not None:
+                self.client.runtime.memcpy_h2d(address, host, self.stream)
+            self.client.counts["h2d_bytes"] += host.nbytes
+            return Buffer(self, aval, address, self.record())
+
+    def value_from_pyval(self, value, aval) -> "Buffer | HostValue":
+        """A program's value: a device buffer, or a :class:`HostValue` when ``aval``'s dtype
+        has no device form (the equations using it run on the host too)."""
+        if L.device_dtype(aval.dtype) is None:
+            return HostValue(self.client, aval, value)
+        return self.buffer_from_pyval(value, aval=aval)
+
+    def empty(self, aval) -> Buffer:
+        """A buffer on this device for a result of ``aval`` (written by the work enqueued next)."""
+        return Buffer(self, aval, self.allocate(L.device_nbytes(aval)), None)
+
+    def copy(self, buf: Buffer) -> Buffer:
+        """A new buffer on this device holding ``buf``'s value (a device-to-device copy;
+        ``buf`` must be on this device)."""
+        out = self.empty(buf.aval)
+        if buf.nbytes:
+            self.client.runtime.memcpy_d2d(device_address(out), device_address(buf), buf.nbytes, self.stream)
+        return out
+
+    def record(self) -> Event:
+        with self.current():
+            return Event(self.client, self.client.runtime.record_event(self.stream))
+
+    def synchronize(self) -> None:
+        self.client.runtime.stream_synchronize(self.stream)
+
+
 class Client:
     """The PJRT-shaped client of one composed stack."""
 
@@ -227,20 +355,25 @@ class Client:
         self.plugin = face.pjrt_plugin
         self.platform_version = f"{face.version_field} {face.version}"
         self.device_class = f"{face.pjrt_platform.capitalize()}Device"
-        self.stream = self.runtime.default_stream()
         self.lock = threading.RLock()
-        self._live: dict[int, int] = {}
         self.generation = 0                  # bumped by reset_device
         self.resets: dict[int, str] = {}     # generation -> the error that led to its reset
         self._devices = [Device(self, i) for i in range(self.runtime.device_count())]
+        self._placements: dict[int, DevicePlacement] = {}
+        self.home = self.placement(0)
+        #: the library's communicators a shard_map ran its collectives on, by device tuple
+        self._communicators: dict[tuple[int, ...], Any] = {}
+        #: every collective those communicators ran for this client (the report's rows)
+        self.collectives: list[dict] = []
         self.counts: Counter = Counter()
         #: (primitive, route) -> equations; route: native | fallback | control
         self.routes: Counter = Counter()
         self.reasons: dict = {}
 
     @classmethod
-    def for_vendor(cls, vendor: str, spec: str | None = None) -> "Client":
-        return cls(compose(make_config(vendor, spec=spec)), f"vendor {vendor}")
+    def for_vendor(cls, vendor: str, spec: str | None = None, devices: int | None = None) -> "Client":
+        """A client of a stack of ``vendor`` on ``spec`` with ``devices`` simulated devices."""
+        return cls(compose(make_config(vendor, spec=spec, devices=devices)), f"vendor {vendor}")
 
     @classmethod
     def for_config(cls, path: str) -> "Client":
@@ -256,40 +389,57 @@ class Client:
     def device_count(self) -> int:
         return len(self._devices)
 
-    def _check_device(self, device) -> None:
-        if device is not None and (not isinstance(device, Device) or device.client is not self):
+    def placement(self, device: "Device | int") -> DevicePlacement:
+        """Device ``device``'s placement (its stream and buffers), made on first use."""
+        index = device.id if isinstance(device, Device) else device
+        p = self._placements.get(index)
+        if p is None:
+            p = self._placements[index] = DevicePlacement(self, index)
+        return p
+
+    def _placement_of(self, device) -> DevicePlacement:
+        if device is None:
+            return self.home
+        if not isinstance(device, Device) or device.client is not self:
             raise JaxDeviceError(f"{device!r} is not a device of this client ({self.describe()})",
                                  seam="framework", hint="use one of client.devices()")
-        if device is not None and device.id != 0:
-            raise JaxDeviceError(f"{device!r}: this client places buffers and runs programs on "
-                                 "device 0; the others are listed for discovery", seam="framework",
-                                 hint="use client.devices()[0]")
+        return self.placement(device)
+
+    @property
+    def stream(self):
+        """Device 0's stream: where executables run."""
+        return self.home.stream
+
+    def communicator(self, devices: tuple[int, ...]):
+        """The stack library's communicator over ``devices`` (rank ``r`` on ``devices[r]``),
+        made on first use and kept."""
+        comm = self._communicators.get(devices)
+        if comm is None:
+            comm = self._communicators[devices] = self.stack.communicator(list(devices))
+        return comm
 
     def reset_device(self, reason: str = "a device reset") -> None:
-        """Reset the device after an error left it unusable (a sticky context, a lost
-        device): the runtime seam destroys the context and everything in it; every buffer
-        made before is a clear error when used and is dropped without a free; executables
-        load their modules again on their next run."""
+        """Reset the devices after an error left them unusable (a sticky context, a lost
+        device): the runtime seam destroys each used device's context and everything in it;
+        every buffer made before is a clear error when used and is dropped without a free;
+        executables load their modules again on their next run."""
         with self.lock:
-            self.runtime.device_reset(0)
+            for index in sorted(self._placements):
+                self.runtime.device_reset(index)
             self.resets[self.generation] = reason
             self.generation += 1
-            self._live = {}
-            self.stream = self.runtime.default_stream()
+            self._placements = {}
+            self._communicators = {}
+            self.home = self.placement(0)
 
     def allocate(self, nbytes: int) -> int | None:
-        return self.runtime.allocate(nbytes, self.stream) if nbytes else None
-
-    def _release(self, address: int) -> None:
-        with self.lock:
-            if self._live.pop(address, None) is not None:
-                self.runtime.deallocate(address)
+        return self.home.allocate(nbytes)
 
     def live_buffers(self) -> int:
-        return len(self._live)
+        return sum(len(p._live) for p in self._placements.values())
 
     def live_bytes(self) -> int:
-        return sum(self._live.values())
+        return sum(sum(p._live.values()) for p in self._placements.values())
 
     def memory_stats(self) -> dict:
         return {"live_buffers": self.live_buffers(), "bytes_in_use": self.live_bytes(),
@@ -297,45 +447,30 @@ class Client:
 
     # -- transfers ---------------------------------------------------------------------------------
     def buffer_from_pyval(self, value, device: Device | None = None, aval=None) -> Buffer:
-        """Copy a host value (numpy array, jax array, Python scalar, key array) into a new device
-        buffer; ``aval`` fixes its type (a jit argument's), else the value's own."""
-        self._check_device(device)
-        if aval is None:
-            aval = jax.typeof(value)
-        if L.device_dtype(aval.dtype) is None:
-            raise JaxDeviceError(f"{aval.dtype} has no fornax device dtype", seam="framework",
-                                 hint="use float32/float16/bfloat16/float64, int8-64, uint8-32 or bool")
-        host = L.to_device_array(value, aval)
-        with self.lock:
-            address = self.allocate(host.nbytes)
-            if address is not None:
-                self.runtime.memcpy_h2d(address, host, self.stream)
-            self.counts["h2d_bytes"] += host.nbytes
-            return Buffer(self, aval, address, self.record())
+        """Copy a host value (numpy array, jax array, Python scalar, key array) into a new buffer
+        on ``device`` (device 0 when None); ``aval`` fixes its type (a jit argument's), else the
+        value's own."""
+        return self._placement_of(device).buffer_from_pyval(value, aval)
 
     def value_from_pyval(self, value, aval) -> "Buffer | HostValue":
-        """A program's value: a device buffer, or a :class:`HostValue` when ``aval``'s dtype
-        has no device form (the equations using it run on the host too)."""
-        if L.device_dtype(aval.dtype) is None:
-            return HostValue(self, aval, value)
-        return self.buffer_from_pyval(value, aval=aval)
+        """A program's value on device 0: a device buffer, or a :class:`HostValue` when
+        ``aval``'s dtype has no device form (the equations using it run on the host too)."""
+        return self.home.value_from_pyval(value, aval)
 
     def empty(self, aval) -> Buffer:
-        """A device buffer for a result of ``aval`` (written by the work enqueued next)."""
-        return Buffer(self, aval, self.allocate(L.device_nbytes(aval)), None)
+        """A device-0 buffer for a result of ``aval`` (written by the work enqueued next)."""
+        return self.home.empty(aval)
 
     def copy(self, buf: Buffer) -> Buffer:
-        """A new buffer holding ``buf``'s value (a device-to-device copy)."""
-        out = self.empty(buf.aval)
-        if buf.nbytes:
-            self.runtime.memcpy_d2d(device_address(out), device_address(buf), buf.nbytes, self.stream)
-        return out
+        """A new buffer holding ``buf``'s value, on its device (a device-to-device copy)."""
+        return buf.placement.copy(buf)
 
     def record(self) -> Event:
-        return Event(self, self.runtime.record_event(self.stream))
+        return self.home.record()
 
     def synchronize(self) -> None:
-        self.runtime.stream_synchronize(self.stream)
+        for p in list(self._placements.values()):
+            p.synchronize()
 
     # -- programs ----------------------------------------------------------------------------------
     def compile(self, fn, *example_args, name: str | None = None) -> "LoadedExecutable":
@@ -373,7 +508,8 @@ class Client:
                 "devices": [repr(d) for d in self._devices], "totals": dict(totals),
                 "primitives": rows, "fallbacks": [r for r in rows if r["route"] == "fallback"],
                 **dict(self.counts), "live_buffers": self.live_buffers(),
-                "live_bytes": self.live_bytes()}
+                "live_bytes": self.live_bytes(),
+                **({"collectives": list(self.collectives)} if self.collectives else {})}
 
 
 class LoadedExecutable:
@@ -402,6 +538,10 @@ class LoadedExecutable:
                 raise InvalidArgumentError(
                     f"{self.name}: argument {i} is {type(b).__name__}, not a buffer of this client",
                     seam="framework", hint="client.buffer_from_pyval(x) puts a host value on the device")
+            if b.placement is not self.client.home:
+                raise InvalidArgumentError(
+                    f"{self.name}: argument {i} is on {b.device()!r}; executables run on device 0",
+                    seam="framework", hint="client.buffer_from_pyval(np.asarray(b)) copies it to device 0")
             if b.shape != tuple(ref.aval.shape) or b.dtype != ref.aval.dtype:
                 raise InvalidArgumentError(
                     f"{self.name}: argument {i} is {b.aval.str_short()}, the program takes "

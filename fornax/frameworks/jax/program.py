@@ -17,6 +17,11 @@ that list:
   waits for the stream), a scan's iteration ``i`` reads its slice of each
   ``xs`` buffer in place (an offset view) and its ``ys`` rows are copied into the
   stacked outputs device to device;
+* ``shard_map`` and, inside its body, the collectives (``psum``, ``all_gather``,
+  ``ppermute``, ...) become instructions of their own, made by the builders
+  :data:`INSTRUCTIONS` holds (:mod:`.shard_map`, :mod:`.collectives`); a body's
+  program runs as a generator that stops at each collective, so the programs
+  of all the mesh's devices advance together and meet there;
 * an equation without a rule (or whose rule refuses it) runs on the host with
   jax's own CPU implementation of the primitive: a *named fallback*, counted in
   the client's report with the reason, never a crash.  A segment that uses an
@@ -31,6 +36,7 @@ last use.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -45,6 +51,12 @@ from ...layers.runtime import Runtime, Stream
 from . import lowering as L
 
 CONTROL = ("cond", "while", "scan")
+
+#: a program's steps: they yield a collective's request, are answered with its results, and
+#: return the program's results (see :meth:`Program.steps` and :mod:`.shard_map`); an
+#: instruction that holds programs (control flow, a collective) runs as :data:`Yields`
+Steps = Generator[Any, Any, list]
+Yields = Generator[Any, Any, None]
 
 
 # ---- what a program needs of its client ------------------------------------------------------------
@@ -245,12 +257,13 @@ class Cond:
     branches: list["Program"]
     ins: list
     outs: list[Ref]
+    yields = True                  # run is a generator (a branch may hold a collective)
 
-    def run(self, prog: "Program", env: dict) -> None:
+    def run(self, prog: "Program", env: dict) -> Yields:
         i = int(np.asarray(prog.host_value(env, self.index)))
         i = min(max(i, 0), len(self.branches) - 1)          # lax.switch clamps the index
         prog.client.counts["host_branches"] += 1
-        res = self.branches[i].run([prog.buffer(env, a) for a in self.ins])
+        res = yield from self.branches[i].steps([prog.buffer(env, a) for a in self.ins])
         for r, b in zip(self.outs, res):
             env[r] = b
 
@@ -263,16 +276,17 @@ class While:
     bconsts: list
     carry: list
     outs: list[Ref]
+    yields = True
 
-    def run(self, prog: "Program", env: dict) -> None:
+    def run(self, prog: "Program", env: dict) -> Yields:
         cc = [prog.buffer(env, a) for a in self.cconsts]
         bc = [prog.buffer(env, a) for a in self.bconsts]
         carry = [prog.buffer(env, a) for a in self.carry]
         while True:
-            (pred,) = self.cond.run(cc + carry)
+            (pred,) = yield from self.cond.steps(cc + carry)
             if not bool(pred.to_numpy()):
                 break
-            carry = self.body.run(bc + carry)
+            carry = yield from self.body.steps(bc + carry)
             prog.client.counts["host_loop_iterations"] += 1
         for r, b in zip(self.outs, carry):
             env[r] = b
@@ -287,8 +301,9 @@ class Scan:
     outs: list[Ref]                # carry results, then the stacked ys
     length: int
     reverse: bool
+    yields = True
 
-    def run(self, prog: "Program", env: dict) -> None:
+    def run(self, prog: "Program", env: dict) -> Yields:
         client = prog.client
         consts = [prog.buffer(env, a) for a in self.consts]
         carry = [prog.buffer(env, a) for a in self.carry]
@@ -300,7 +315,7 @@ class Scan:
         order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
         for i in order:
             x_i: list[ProgramValue] = [x.view(i * nb, a) for x, nb, a in zip(xs, x_bytes, x_avals)]
-            res = self.body.run(consts + carry + x_i)
+            res = yield from self.body.steps(consts + carry + x_i)
             carry = res[:n_carry]
             for y, y_i in zip(ys, res[n_carry:]):
                 if y_i.nbytes:
@@ -344,9 +359,25 @@ class Program:
         return value if L.is_key(b.aval.dtype) else jax.numpy.asarray(value)
 
     def run(self, args: list[ProgramValue]) -> list[ProgramValue]:
+        """Run the program to its end; its results."""
+        steps = self.steps(args)
+        try:
+            request = next(steps)
+        except StopIteration as done:
+            return done.value
+        steps.close()
+        raise FornaxError(f"{self.name}: {request} needs the other devices of a shard_map",
+                          seam="framework", hint="put the collective inside jax.shard_map")
+
+    def steps(self, args: list[ProgramValue]) -> Steps:
+        """The program as a generator: it yields at each collective a request the devices of
+        its mesh answer together (:mod:`.shard_map`) and returns the results."""
         env: dict = dict(zip(self.ins, args))
         for i, ins in enumerate(self.instrs):
-            ins.run(self, env)
+            if getattr(ins, "yields", False):
+                yield from ins.run(self, env)
+            else:
+                ins.run(self, env)
             for r in self.last_use.get(i, ()):
                 env.pop(r, None)
         return [self.client.value_from_pyval(a.val, a.aval) if isinstance(a, Lit)
@@ -372,18 +403,35 @@ class Program:
             elif isinstance(ins, Scan):
                 lines.append(f"{indent}  scan length {ins.length}{' reversed' if ins.reverse else ''}")
                 lines.append(ins.body.describe(indent + "    "))
+            elif hasattr(ins, "describe"):
+                lines.append(ins.describe(indent + "  "))
         return "\n".join(lines)
 
 
-def build_program(client: ProgramClient, closed, name: str = "fn") -> Program:
-    """Compile a ClosedJaxpr into a :class:`Program` for ``client``."""
+#: a builder of the instruction for an equation of a primitive that is neither a lowering
+#: rule's nor control flow (``shard_map``, the collectives): it returns the instruction (with
+#: ``ins`` and ``route``; ``yields`` when its ``run`` is a generator), or the reason the
+#: equation runs on the host instead
+InstructionBuilder = Callable[["Builder", Flat], Any]
+INSTRUCTIONS: dict[str, InstructionBuilder] = {}
+
+
+def build_program(client: ProgramClient, closed, name: str = "fn",
+                  axes: dict[str, tuple[int, int]] | None = None) -> Program:
+    """Compile a ClosedJaxpr (or an open jaxpr without constants) into a :class:`Program` for
+    ``client``; ``axes``: inside a ``shard_map`` body, each mesh axis's (index of this device,
+    size)."""
     ins, outs, eqns = flatten(closed)
-    return _Builder(client, name).build(ins, outs, eqns)
+    return Builder(client, name, axes).build(ins, outs, eqns)
 
 
-class _Builder:
-    def __init__(self, client: ProgramClient, name: str):
+class Builder:
+    """Builds one :class:`Program` (and its control flow's sub-programs) for a client."""
+
+    def __init__(self, client: ProgramClient, name: str, axes: dict[str, tuple[int, int]] | None = None):
         self.client, self.name = client, name
+        #: inside a shard_map body: mesh axis -> (this device's index, size); None outside
+        self.axes = axes
         self.nseg = 0
 
     def build(self, ins: list[Ref], outs: list, eqns: list[Flat]) -> Program:
@@ -400,6 +448,19 @@ class _Builder:
         self._last = last
         seg = None
         for i, e in enumerate(eqns):
+            hook = INSTRUCTIONS.get(e.eqn.primitive.name) if e.kind == "prim" else None
+            if hook is not None:
+                if seg is not None:
+                    self._close(seg, i, prog)
+                    seg = None
+                made = hook(self, e)
+                if isinstance(made, str):
+                    prog.instrs.append(Host(e.eqn, e.ins, e.outs, made))
+                    self.client.record_route(e.eqn.primitive.name, "fallback", made)
+                else:
+                    prog.instrs.append(made)
+                    self.client.record_route(e.eqn.primitive.name, made.route)
+                continue
             if e.kind == "prim":
                 if seg is None:
                     seg = _Open(self)
@@ -462,21 +523,22 @@ class _Builder:
         for r, src in aliases:
             prog.instrs.append(_Alias(r, src))
 
-    def _sub(self, closed, what: str) -> Program:
+    def sub(self, closed, what: str) -> Program:
+        """A sub-program (a branch, a loop body) for the same client and axes."""
         ins, outs, eqns = flatten(closed)
-        return _Builder(self.client, f"{self.name}_{what}").build(ins, outs, eqns)
+        return Builder(self.client, f"{self.name}_{what}", self.axes).build(ins, outs, eqns)
 
     def _control(self, e: Flat):
         p = e.eqn.params
         if e.kind == "cond":
-            branches = [self._sub(b, f"branch{k}") for k, b in enumerate(p["branches"])]
+            branches = [self.sub(b, f"branch{k}") for k, b in enumerate(p["branches"])]
             return Cond(e.ins[0], branches, e.ins[1:], e.outs)
         if e.kind == "while":
             nc, nb = p["cond_nconsts"], p["body_nconsts"]
-            return While(self._sub(p["cond_jaxpr"], "cond"), self._sub(p["body_jaxpr"], "body"),
+            return While(self.sub(p["cond_jaxpr"], "cond"), self.sub(p["body_jaxpr"], "body"),
                          e.ins[:nc], e.ins[nc:nc + nb], e.ins[nc + nb:], e.outs)
         nc, ncarry = p["num_consts"], p["num_carry"]
-        return Scan(self._sub(p["jaxpr"], "scan"), e.ins[:nc], e.ins[nc:nc + ncarry],
+        return Scan(self.sub(p["jaxpr"], "scan"), e.ins[:nc], e.ins[nc:nc + ncarry],
                     e.ins[nc + ncarry:], e.outs, int(p["length"]), bool(p["reverse"]))
 
 
@@ -516,10 +578,10 @@ def _refs_of(ins) -> list:
 class _Open:
     """A segment being built: its graph, its parameters and the values it defines."""
 
-    def __init__(self, builder: _Builder):
+    def __init__(self, builder: Builder):
         builder.nseg += 1
         self.graph = Graph(f"{builder.name}_seg{builder.nseg}" if builder.nseg > 1 else builder.name)
-        self.ctx = L.LowerCtx(self.graph)
+        self.ctx = L.LowerCtx(self.graph, builder.axes)
         self.ins: list = []                 # Ref | Lit per graph input
         self.input_of: dict = {}            # id(graph input Value) -> Ref | Lit
         self.params: dict = {}              # Ref | Lit -> graph input Value

@@ -67,8 +67,9 @@ class Schedule:
     def __init__(self, host: ScheduleHost) -> None:
         self.host = host
         self.size = host.size
-        # everything each rank submitted before: its stream, and every copy to or from it
-        self.start = {r: [host.queues[r].record(),
+        # everything each rank submitted before: its stream (and what its stream was told to
+        # wait for since its last command), and every copy to or from it
+        self.start = {r: [host.queues[r].record(), *host.queues[r].waiting(),
                           *(q.record() for (a, b), q in host.peer_queues.items() if r in (a, b))]
                       for r in range(host.size)}
         self.markers: list[Marker] = []

@@ -134,6 +134,9 @@ class Queue(Protocol):
         """A marker reached once everything submitted so far has completed."""
     def wait(self, marker: Marker) -> None:
         """Later work on this queue starts only after ``marker`` (of any queue) is reached."""
+    def waiting(self) -> list[Marker]:
+        """The markers :meth:`wait` was given since the last command: what the next command
+        waits for, and what :meth:`record`'s marker does not cover yet."""
     def synchronize(self) -> None:
         """The host waits for everything submitted; a fault of that work is raised mapped to
         the family's code (and may make the context sticky or the device lost)."""

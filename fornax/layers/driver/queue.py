@@ -314,6 +314,9 @@ class QueueBase:
         self.check_marker(marker)
         self._pending_waits.append((marker.sem, marker.value))
 
+    def waiting(self) -> list[Marker]:
+        return [Marker(sem, value) for sem, value in self._pending_waits]
+
     def synchronize(self) -> None:
         d = self.driver
         d.check(self.ctx, "synchronize")

@@ -61,7 +61,10 @@ class EventRules(StreamRules):
             ev.markers, ev.captured = (), True
             return ev
         self._implicit_sync(s)
-        ev.markers = tuple(q.record() for q in s.queues) + tuple(s._waits)
+        # what the stream's queues were told to wait for since their last command counts too
+        # (a library that orders its own queue, a collective's completion)
+        waits = {(m.sem.id, m.value): m for q in s.queues for m in (*q.waiting(), *s._waits)}
+        ev.markers = tuple(q.record() for q in s.queues) + tuple(waits.values())
         ev.captured = False
         ev.host_time = self._timeline(s.device).host_time
         ev.timing = ev.timing and s.profiling
