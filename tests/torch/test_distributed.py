@@ -55,7 +55,8 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
             failed = [k for k, ok in r["checks"].items() if not ok]
             assert not failed and len(r["checks"]) == 15, (r["family"], failed)
             assert r["clocks_meet"] and r["overlap"], r["family"]
-            assert r["ddp_max_abs_err"] < 1e-6, r["family"]
+            # DDP matches CPU, and its buckets' all-reduces overlap the backward pass
+            assert r["ddp"]["max_abs_err"] < 1e-6 and r["ddp"]["overlap"], r["family"]
             assert r["races"] == [], r["family"]       # FSDP2's streams ordered by events
             fs = r["fsdp"]           # sharded: each rank holds half; bf16 compute is looser
             assert fs["local_fraction"] == 0.5 and fs["fp32_max_abs_err"] < 1e-6, (r["family"], fs)
@@ -104,7 +105,7 @@ def test_four_ranks_and_a_two_d_mesh(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for results in ranks:
         (r,) = results
-        assert all(r["checks"].values()) and r["clocks_meet"] and "ddp_max_abs_err" not in r
+        assert all(r["checks"].values()) and r["clocks_meet"] and "ddp" not in r
         tp = r["tensor_parallel"]
         assert tp["mesh"] == [2, 2] and tp["forward_max_abs_err"] < 1e-5 and tp["grad_max_abs_err"] < 1e-5
         assert max(r["pipeline"].values()) < 1e-6          # four stages, GPipe and 1F1B

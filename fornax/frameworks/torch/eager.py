@@ -46,6 +46,7 @@ from . import profiler as _profiler
 from . import requested as _requested
 from . import tensors as T
 from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
+from . import hazards as _hazards
 from .session import Session, current
 from .streams import current_runtime_stream
 
@@ -145,6 +146,7 @@ def _dispatch(session: Session, op, args, kwargs):
     if info.kind == "view":
         session.stats.record(info.name, "view")
         return _view(op, args, kwargs)
+    _hazards.before_use(session, args, kwargs)      # work still pending on these tensors
     if info.kind == "functional":
         args, kwargs = _resolve_flags(session, args, kwargs)
         if _requested.elsewhere(device):

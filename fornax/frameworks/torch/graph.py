@@ -99,6 +99,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from ...layers.errors import (BinaryError, CompileError, FornaxError, GraphError, InvalidArgumentError,
                               NotSupportedError)
 from ...layers.graph import Graph, Value
+from . import hazards
 from . import tensors as T
 from .eager import materialize
 from .fx_rewrites import eager_on_device, rewrite
@@ -514,6 +515,7 @@ class Program:
                     f"{list(want.shape)}, got {got}", seam="framework", op=self.name,
                     hint="fornax graphs have static shapes: export (or compile) again for other shapes")
         session = current()
+        hazards.before_use(session, args)
         device = any(T.is_fornax(a) for a in args) or any(T.is_fornax(t) for t in self.attrs.values())
         env: dict = dict(zip(self.placeholders, args))
         env.update(self.attrs)
@@ -738,6 +740,8 @@ class Exported:
                 seam="framework", op=self.program.name,
                 hint="call it with the same argument structure as the example passed to export()")
         device = any(T.is_fornax(a) for a in flat)
+        if device:
+            hazards.before_use(current(), flat)
         user = iter(flat)
         feeds = []
         for s in ep.graph_signature.input_specs:

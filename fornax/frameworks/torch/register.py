@@ -23,7 +23,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from . import autocast as _autocast
 from . import device as _device_module
-from . import eager, fused, histogram, sparse
+from . import eager, fused, hazards, histogram, sparse
 from . import module_apply as _module_apply
 from . import profiler as _profiler
 from . import tensors as T
@@ -53,7 +53,7 @@ def register() -> None:
         op = _overload(name)
         impl.impl(name, _redispatch_cpu(op), "PrivateUse1")
     for name, fn in {**_KERNELS, **fused.KERNELS, **histogram.KERNELS}.items():
-        impl.impl(name, _accounted(name, fn), "PrivateUse1")
+        impl.impl(name, _after_pending(_accounted(name, fn)), "PrivateUse1")
     _register_lowered(impl)
     fallback = torch.library.Library("_", "IMPL")
     LIBRARIES.append(fallback)
@@ -125,6 +125,15 @@ def _accounted(name: str, fn):
         out = fn(*args, **kwargs)
         eager.current().stats.record(key, kind, reason)
         return out
+    return kernel
+
+
+def _after_pending(fn):
+    """``fn`` after the current stream waits for work still pending on its tensors
+    (:mod:`.hazards`)."""
+    def kernel(*args, **kwargs):
+        hazards.before_use(eager.current(), args, kwargs)
+        return fn(*args, **kwargs)
     return kernel
 
 

@@ -22,6 +22,7 @@ from typing import cast
 import numpy as np
 import torch
 
+from . import hazards
 from .session import DeviceError, Session, current
 
 DEVICE = "fornax"
@@ -167,6 +168,7 @@ def read(t: torch.Tensor) -> torch.Tensor:
     session = current()
     if t.numel() == 0:
         return torch.empty(t.shape, dtype=t.dtype)
+    hazards.before_use(session, t)
     addr, nbytes = _span(t)
     raw = np.empty(nbytes, dtype=np.uint8)
     with session.lock:
@@ -194,6 +196,7 @@ def write(t: torch.Tensor, src: torch.Tensor) -> None:
     session = current()
     if t.numel() == 0:
         return
+    hazards.before_use(session, t)
     if src._is_zerotensor():
         src = torch.zeros(src.shape, dtype=src.dtype)
     src = _flags_applied(src.resolve_conj().resolve_neg().to(dtype=t.dtype), t).expand(t.shape)

@@ -41,6 +41,7 @@ from ....layers.errors import ErrorTable, FornaxError
 from ....layers.runtime import NON_BLOCKING
 from ....sim.faults import SimError
 from ....sim.topology import Topology
+from .. import hazards
 from .. import tensors as T
 from ..session import TAG_SHIFT, current
 from ..streams import current_runtime_stream
@@ -114,8 +115,14 @@ class FornaxWork(dist._Work):
 
     def get_future(self) -> Future:
         # torch's Future cannot make a stream wait on a fornax event (the Python device guard
-        # has no events), so a future's value is only safe once the caller's stream waits
-        self.wait()
+        # has no events): the tensors are deferred instead, and the first op that touches
+        # them waits for the collective (DDP's backward runs on meanwhile); a non-contiguous
+        # output still needs its copy-back, so that one waits now
+        if self._waited or self._copies:
+            self.wait()
+        else:
+            hazards.defer(self._pg.session, [*self._outputs, *(self._inputs or [])], self._done,
+                          keep=[*self._outputs, *(self._inputs or [])])
         fut: Future = Future()
         fut.set_result(self._outputs)
         return fut
@@ -254,6 +261,7 @@ class ProcessGroupFornax(dist.ProcessGroup):
         """Enqueue ``op``: read ``inputs``, exchange, ``compute`` the outputs' bytes from every
         rank's inputs (``[input][rank]``), write ``outputs``; priced for ``nbytes``."""
         self._check([*inputs, *outputs], op)
+        hazards.before_use(self.session, inputs, outputs)    # a deferred earlier collective
         self.seq += 1
         seq = self.seq
         ins = [t.contiguous() for t in inputs]
