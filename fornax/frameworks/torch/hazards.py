@@ -51,7 +51,7 @@ def before_use(session: Session, *values: Any) -> None:
 
 
 def drop(session: Session) -> None:
-    """Forget a session's entries (its stack is gone)."""
+    """Forget a session's entries (its device is being reset: the work and memory go)."""
     _PENDING.pop(session.id, None)
 
 

@@ -131,7 +131,9 @@ class Session:
         (``device_reset``), the session forgets its executables and takes a new id, so every
         tensor made before is a clear error when used (recompute it, or reload it from a
         checkpoint) and is dropped without a free when it dies."""
+        from .hazards import drop       # (it reads sessions) deferred work dies with the context
         with self.lock:
+            drop(self)
             self.runtime.device_reset(0)
             self.resets[self.id] = reason
             if Session._next_id >= 1 << (63 - TAG_SHIFT):
