@@ -67,6 +67,7 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
             assert max(pp.values()) < 1e-6 and ("gpipe_loss_max_abs_err" in pp) == (rank == 1), pp
             b = r["backend"]
             assert b["backend"] == "fornax" and b["library"] == LIBRARIES[r["family"]]
+            assert b["face_backend"] == {"cuda-like": "nccl", "rocm-like": "nccl", "xpu-like": "xccl"}[r["family"]]
             assert b["rank"] == rank and b["world_size"] == 2 and b["calls"] == len(b["collectives"])
             calls = {c["call"] for c in b["collectives"]}
             facts = get_vendor(r["family"]).facts["library"]["collectives"]["calls"]

@@ -171,6 +171,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
         e = facts["errors"]
         self.errors = ErrorTable(e["api"], e["codes"], e["conditions"], seam="library", vendor=lib.name)
         self.family = lib.name
+        #: the backend name the family's PyTorch face registers (nccl, nccl as RCCL poses, xccl)
+        self.face_backend = stack.framework.facts["framework"].get("dist_backend")
         self.timeout = timeout
         # torchrun keeps its store across restarts: the keys of an earlier attempt's transports
         # would name listeners that are gone, so each attempt has its own
@@ -571,7 +573,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
     # -- what happened ----------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
         """This rank's collectives: the family's library, each call, and totals."""
-        return {"backend": BACKEND, "library": self.facts["name"], "family": self.family,
+        return {"backend": BACKEND, "face_backend": self.face_backend, "library": self.facts["name"],
+                "family": self.family,
                 "rank": self.rank(), "world_size": self.size(), "members": list(self.members),
                 "node_of": list(self.node_of),
                 "topology": self.topology.summary() if self.topology is not None else None,
