@@ -190,3 +190,12 @@ def test_a_world_of_one_and_clear_errors(world_of_one):
         dist.all_gather([torch.empty(2)], torch.ones(2, device="fornax"))
     with pytest.raises(FornaxError, match="not supported"):
         dist.all_reduce(torch.ones(2, device="fornax"), op=dist._make_nccl_premul_sum(2.0))
+
+
+def test_a_local_rank_device_index_under_torchrun_says_what_to_use(monkeypatch):
+    """Each rank's process simulates one device, as with one GPU visible per process: a
+    CUDA-style ``fornax:LOCAL_RANK`` is refused with what to write instead."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(fornax.frameworks.torch.DeviceError, match=r"not LOCAL_RANK \(1\)"):
+        torch.ones(2, device="fornax:1")
+    assert torch.ones(2, device="fornax:0").device == torch.device("fornax", 0)

@@ -6,6 +6,8 @@ factories that name a device (:mod:`.requested`) refuse any other index the same
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .session import DeviceError
@@ -25,7 +27,14 @@ def device_index(device: torch.device | str | int | None) -> int:
     else:
         index = int(device)
     if index != 0:
+        if "LOCAL_RANK" in os.environ:     # under torchrun: one device per process
+            raise DeviceError(f"fornax device {index} does not exist: each rank's process simulates "
+                              "one device, as with one GPU visible per process (CUDA_VISIBLE_DEVICES)",
+                              seam="framework",
+                              hint=f"use fornax:0 (or 'fornax') in every rank, not LOCAL_RANK "
+                                   f"({os.environ['LOCAL_RANK']})")
         raise DeviceError(f"fornax device {index} does not exist: the PyTorch face addresses "
                           "device 0 only", seam="framework",
-                          hint="use fornax:0; multi-device runs go through `fornax compose --devices N`")
+                          hint="use fornax:0; multi-device runs go through `fornax compose --devices N` "
+                               "or torchrun (one process per device)")
     return index
