@@ -104,7 +104,8 @@ def _show(summary: dict[str, Any], output: Path, events: int) -> None:
         console.print(f"[yellow]mismatched:[/] group {escape(m['group'])} seq {m['seq']}: {escape(calls)}")
     for w in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {escape(w)}")
-    console.print(f"wrote {escape(str(output))} ({events} events): open it in https://ui.perfetto.dev")
+    console.print(f"wrote {escape(str(output))} ({events} events): open it in https://ui.perfetto.dev",
+                  soft_wrap=True)
 
 
 @trace_cmd.command("merge")
