@@ -12,7 +12,8 @@ referenced until then, so their memory cannot be handed to other work while the
 collective still reads or writes it.
 
 Entries whose work the host has already waited past are settled when new ones come, so
-tensors nobody touches again do not pile up.
+tensors nobody touches again do not pile up; a device reset drops them with the context.
+The entries live on the session (``Session.deferred``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,9 @@ from torch.utils._pytree import tree_leaves
 from .session import Session
 from .stream_selection import runtime_stream
 
-#: session id -> storage data pointer -> (the runtime event to wait for, what to keep alive)
-_PENDING: dict[int, dict[int, tuple[Any, list[torch.Tensor]]]] = {}
-
-
 def defer(session: Session, tensors: list[torch.Tensor], event: Any, keep: list[torch.Tensor]) -> None:
     """Whatever touches ``tensors``' storages next waits for ``event`` first."""
-    pending = _PENDING.setdefault(session.id, {})
+    pending = session.deferred     # storage data pointer -> (the event, what to keep alive)
     _settle(session, pending)
     for t in tensors:
         if t.device.type == "fornax" and t.untyped_storage().nbytes():
@@ -40,7 +37,7 @@ def defer(session: Session, tensors: list[torch.Tensor], event: Any, keep: list[
 
 def before_use(session: Session, *values: Any) -> None:
     """Make the current stream wait for pending work on any fornax tensor in ``values``."""
-    pending = _PENDING.get(session.id)
+    pending = session.deferred
     if not pending:
         return
     for leaf in tree_leaves(values):
@@ -48,11 +45,6 @@ def before_use(session: Session, *values: Any) -> None:
             entry = pending.pop(leaf.untyped_storage().data_ptr(), None)
             if entry is not None:
                 session.runtime.stream_wait_event(runtime_stream(session), entry[0])
-
-
-def drop(session: Session) -> None:
-    """Forget a session's entries (its device is being reset: the work and memory go)."""
-    _PENDING.pop(session.id, None)
 
 
 def _settle(session: Session, pending: dict[int, tuple[Any, list[torch.Tensor]]]) -> None:

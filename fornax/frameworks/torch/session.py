@@ -19,6 +19,7 @@ import os
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...layers.errors import ConfigError, FornaxError
 from ...stack import Stack, compose, load_config, make_config
@@ -99,6 +100,8 @@ class Session:
         self.alive = True
         self.default_torch_stream: Selectable | None = None   # torch.fornax.default_stream()'s object
         self.resets: dict[int, str] = {}        # session ids retired by a device reset -> why
+        #: work still pending on storages (data pointer -> (event, tensors kept)): see .hazards
+        self.deferred: dict[int, tuple[Any, list]] = {}
         for device in getattr(stack, "devices", ()):  # an eager process runs millions of packets
             device.timeline.record_limit = RECORD_LIMIT
         log = getattr(getattr(stack, "driver", None), "kernel_log", None)
@@ -131,9 +134,8 @@ class Session:
         (``device_reset``), the session forgets its executables and takes a new id, so every
         tensor made before is a clear error when used (recompute it, or reload it from a
         checkpoint) and is dropped without a free when it dies."""
-        from .hazards import drop       # (it reads sessions) deferred work dies with the context
         with self.lock:
-            drop(self)
+            self.deferred = {}                 # deferred work dies with the context
             self.runtime.device_reset(0)
             self.resets[self.id] = reason
             if Session._next_id >= 1 << (63 - TAG_SHIFT):
