@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_leaves
 from .session import Session
 from .stream_selection import runtime_stream
 
+
 def defer(session: Session, tensors: list[torch.Tensor], event: Any, keep: list[torch.Tensor]) -> None:
     """Whatever touches ``tensors``' storages next waits for ``event`` first."""
     pending = session.deferred     # storage data pointer -> (the event, what to keep alive)
