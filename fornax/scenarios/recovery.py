@@ -88,13 +88,12 @@ def _state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
 def train(args: argparse.Namespace, rank: int, size: int, attempt: int) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
-    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    world = dist.group.WORLD
-    if world is None:
-        raise RuntimeError("the default process group is not initialised")
-    mesh = DeviceMesh.from_group(world, "fornax", mesh_dim_names=("dp",))
+    # as a CUDA program writes it: DeviceMesh over the world, on the device torchrun's LOCAL_RANK
+    # would name (each process has one, already initialised by the process group)
+    mesh = init_device_mesh("fornax", (size,), mesh_dim_names=("dp",))
     model = _model().to("fornax")
     for layer in model:
         if isinstance(layer, nn.Linear):

@@ -35,7 +35,9 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return _initialized
+    # the device is initialised once its stack is composed (by any first use: a tensor, a
+    # process group made on it), as a CUDA device is once its context exists
+    return _initialized or _session.initialized()
 
 
 def _lazy_init() -> None:
