@@ -48,11 +48,18 @@ class EnergyParts:
         return self.static_j + self.dynamic_j
 
 
+#: kernel energies by (spec, cost object), shared by every device's model (the objects are
+#: kept with them, so an id is never mistaken for a later object's)
+_ENERGY: dict[tuple[int, int], tuple[ChipSpec, KernelCost, EnergyParts]] = {}
+ENERGY_CACHE = 1 << 16
+
+
 class PowerModel:
     """The power and thermal state of one device along its simulated time."""
 
     def __init__(self, spec: ChipSpec):
         self.spec = spec
+        self._pj: dict[tuple[str, bool], float] = {}     # (dtype, matrix) -> pJ per FLOP (the spec is fixed)
         p = spec.power
         self.static_w = p["static_w"]
         self.ambient_c = p["ambient_c"]
@@ -70,17 +77,23 @@ class PowerModel:
         #: for the trace's counter tracks; bounded so long runs stay cheap
         self.samples: list[tuple[float, dict[str, float]]] = []
         self.max_samples = 100_000
-        self._energy: dict[int, tuple[KernelCost, EnergyParts]] = {}   # id(cost) -> its energy
 
     # -- energy per unit of work ---------------------------------------------------------
     def matrix_pj(self, dtype: str) -> float:
-        s = self.spec
-        ref = s.matrix_peak.get("bfloat16") or max(s.matrix_peak.values(), default=s.peak(dtype, True))
-        return s.power["matrix_pj_per_flop"] * ref / s.peak(dtype, matrix=True)
+        pj = self._pj.get((dtype, True))
+        if pj is None:
+            s = self.spec
+            ref = s.matrix_peak.get("bfloat16") or max(s.matrix_peak.values(), default=s.peak(dtype, True))
+            pj = self._pj[(dtype, True)] = s.power["matrix_pj_per_flop"] * ref / s.peak(dtype, matrix=True)
+        return pj
 
     def vector_pj(self, dtype: str) -> float:
-        s = self.spec
-        return s.power["vector_pj_per_flop"] * s.vector_peak["float32"] / s.peak(dtype, matrix=False)
+        pj = self._pj.get((dtype, False))
+        if pj is None:
+            s = self.spec
+            pj = self._pj[(dtype, False)] = \
+                s.power["vector_pj_per_flop"] * s.vector_peak["float32"] / s.peak(dtype, matrix=False)
+        return pj
 
     def kernel_energy(self, cost: KernelCost) -> EnergyParts:
         """Dynamic energy of one kernel (independent of the clock it runs at)."""
@@ -158,14 +171,17 @@ class PowerModel:
         """Account one kernel starting at ``start``; returns its cost at the clock it ran at."""
         if start > self.time_s:
             self.idle_until(start)
-        hit = self._energy.get(id(cost))      # a replayed kernel brings the same cost object
-        if hit is not None and hit[0] is cost:
-            e = hit[1]
+        # a replayed kernel brings the same cost object, on this device or on another of the
+        # same spec (the ranks of a step): its energy is computed once
+        key = (id(self.spec), id(cost))
+        hit = _ENERGY.get(key)
+        if hit is not None and hit[0] is self.spec and hit[1] is cost:
+            e = hit[2]
         else:
             e = self.kernel_energy(cost)
-            if len(self._energy) >= 1024:
-                self._energy.clear()
-            self._energy[id(cost)] = (cost, e)
+            if len(_ENERGY) >= ENERGY_CACHE:
+                _ENERGY.clear()
+            _ENERGY[key] = (self.spec, cost, e)
         dyn = e.dynamic_j
         fraction = 1.0
         headroom = self.power_limit_w() - self.static_w
