@@ -17,10 +17,14 @@ queue* (a stream of the active stack's runtime, like NCCL's internal stream):
 
 Collectives are issued on one queue per process in program order, which every rank shares,
 so their exchanges match up.  A peer that never joins (a dead process, a skipped call) makes
-the exchange time out after the group's timeout: the operation fails with the family's
-collective error (``ncclRemoteError``-like) naming the op, its sequence number and the rank,
-and every later wait on the device sees it.  Each collective is recorded (op, the family's
-call name, bytes, algorithm, simulated time, bus bandwidth) in :meth:`report`.
+the exchange fail (at once when its process is gone, else after the group's timeout): the
+operation fails with the family's collective error (``ncclRemoteError``-like) naming the op,
+its sequence number, the rank and the ranks that never reached it (a flight recorder in the
+store), and every later wait on the device sees it.  A rank whose device or link fails under
+a collective announces it in the exchange, so every rank fails that same collective.  A
+future (``get_future``, DDP's buckets) defers its tensors instead of waiting
+(:mod:`..hazards`).  Each collective is recorded (op, the family's call name, bytes,
+algorithm, simulated time, bus bandwidth) in :meth:`report`.
 """
 
 from __future__ import annotations
