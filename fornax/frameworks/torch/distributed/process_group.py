@@ -133,13 +133,19 @@ class FornaxWork(dist._Work):
 
 
 class CollectiveFailed(SimError):
-    """A collective's exchange with the other ranks failed (the device op fails with it)."""
+    """A collective's exchange with the other ranks failed (the device op fails with it).
+
+    Waiting on a peer that failed or never came is what a collective kernel does until the
+    watchdog fires: a ``hang``.  A rank's own fault under the collective keeps its kind (a
+    lost device, a failed link), so the driver reports the family's code for it."""
 
     kind = "hang"
 
-    def __init__(self, error: FornaxError):
+    def __init__(self, error: FornaxError, kind: str | None = None):
         super().__init__(str(error))
         self.error = error
+        if kind is not None:
+            self.kind = kind
 
 
 def _host(data: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -302,7 +308,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
                 if own is not None:
                     raise CollectiveFailed(self._error("device_error", f"{what} failed on this rank: {own}", op,
                                                        hint="the other ranks fail this collective too; "
-                                                            "restart from the last checkpoint")) from None
+                                                            "restart from the last checkpoint"),
+                                           own.kind) from None
                 raise CollectiveFailed(self._error("remote_failure", f"{what} failed: {exc}", op,
                                                    hint="restart the job from the last checkpoint "
                                                         "(torchrun --max-restarts)")) from None
@@ -314,7 +321,8 @@ class ProcessGroupFornax(dist.ProcessGroup):
             finally:
                 self.exchange.failure = None
             if own is not None:       # a point-to-point exchange carries no announcement
-                raise CollectiveFailed(self._error("device_error", f"{what} failed on this rank: {own}", op))
+                raise CollectiveFailed(self._error("device_error", f"{what} failed on this rank: {own}", op),
+                                       own.kind)
             results = compute(got)
             for (a, n), data in zip(dst, results):
                 if n:
