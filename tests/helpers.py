@@ -1,6 +1,9 @@
-"""Small helpers shared by the tests: a hand-written ISA kernel, graph-error checks."""
+"""Small helpers shared by the tests: a hand-written ISA kernel, graph-error checks, a free
+port for a torchrun rendezvous."""
 
 from __future__ import annotations
+
+import socket
 
 from fornax.sim import isa
 from fornax.stack import BUILTIN_FAMILIES
@@ -34,3 +37,10 @@ def expect_graph_error(fn, *fragments: str):
     for f in fragments:
         assert f in msg, msg
     return info.value
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a torchrun rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -111,7 +111,8 @@ def collectives(group: Any, rank: int, size: int) -> dict[str, bool]:
     return ok
 
 
-def _mlp() -> nn.Sequential:
+def mlp() -> nn.Sequential:
+    """The scenarios' model (seeded: every rank and the CPU reference build the same one)."""
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -132,7 +133,7 @@ def _train(net: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> None
 
 def _cpu_reference(size: int, steps: int) -> nn.Module:
     """Single-process CPU training on the whole batch."""
-    ref = _mlp()
+    ref = mlp()
     _train(ref, *_batch(size), steps)
     return ref
 
@@ -142,7 +143,7 @@ def ddp(group: Any, rank: int, size: int, steps: int = 3) -> dict[str, Any]:
     largest weight difference after ``steps`` SGD steps, and whether a bucket's all-reduce
     ran while the backward pass's kernels did (small buckets, so there are several)."""
     x, y = _batch(size)
-    model = _mlp().to("fornax")
+    model = mlp().to("fornax")
     timeline = ft.stack().devices[0].timeline
     since = len(timeline.records)
     net = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.0001)
@@ -171,7 +172,7 @@ def fsdp(group: Any, rank: int, size: int, steps: int = 3) -> dict[str, float]:
     for name, policy in (("fp32", MixedPrecisionPolicy()),
                          ("bf16", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))):
         mesh = DeviceMesh.from_group(group, "fornax", mesh_dim_names=(f"fsdp_{name}_{tag}",))
-        model = _mlp().to("fornax")
+        model = mlp().to("fornax")
         for layer in model:
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, mesh=mesh, mp_policy=policy)
@@ -256,7 +257,7 @@ def tensor_parallel(group: Any, rank: int, size: int) -> dict[str, float]:
     else:
         mesh = DeviceMesh.from_group(group, "fornax", mesh_dim_names=(tp_name,))
     tp_mesh = mesh[tp_name]
-    model, ref = _mlp().to("fornax"), _mlp()
+    model, ref = mlp().to("fornax"), mlp()
     parallelize_module(model, tp_mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     g = torch.Generator().manual_seed(2)
     x = torch.randn(4 * size, 8, generator=g)

@@ -41,14 +41,10 @@ import torch.nn as nn
 
 import fornax.frameworks.torch as ft
 from fornax.frameworks.torch import distributed as fd
+from fornax.scenarios.distributed import mlp
 from fornax.sim.faults import FaultPlan, FaultSpec
 
 KINDS = ("device_lost", "link_failure")
-
-
-def _model() -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
 
 def batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,7 +55,7 @@ def batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def cpu_losses(steps: int, size: int) -> list[float]:
     """The losses of single-process CPU training on the global batches (no sharding)."""
-    model = _model()
+    model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     out = []
     for step in range(steps):
@@ -94,7 +90,7 @@ def train(args: argparse.Namespace, rank: int, size: int, attempt: int) -> dict[
     # as a CUDA program writes it: DeviceMesh over the world, on the device torchrun's LOCAL_RANK
     # would name (each process has one, already initialised by the process group)
     mesh = init_device_mesh("fornax", (size,), mesh_dim_names=("dp",))
-    model = _model().to("fornax")
+    model = mlp().to("fornax")
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)

@@ -7,7 +7,6 @@ with the family's error."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -18,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from docs_blocks import ROOT, same_output, shown_after
+from helpers import free_port
 import fornax.frameworks.torch  # noqa: F401  (registers the device and the backend)
 from fornax.frameworks.torch import distributed as fd
 from fornax.layers.collectives.order import reduce_in_order
@@ -29,16 +29,10 @@ from fornax.stack import BUILTIN_FAMILIES, get_vendor
 LIBRARIES = {f: get_vendor(f).facts["library"]["collectives"]["name"] for f in BUILTIN_FAMILIES}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(tmp_path, nproc: int, *args: str, timeout: int = 300) -> tuple[subprocess.CompletedProcess, list]:
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-           f"--master-port={_port()}", "-m", "fornax.scenarios.distributed", "--out", str(out), *args]
+           f"--master-port={free_port()}", "-m", "fornax.scenarios.distributed", "--out", str(out), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)
              if (out / f"rank{r}.json").exists()]
@@ -121,7 +115,7 @@ def test_two_nodes_on_one_machine_and_a_rank_that_skips_a_collective(tmp_path):
     are on different nodes, so the fabric between them is the NIC tier of the chip spec.  At
     the end rank 1 skips an all_reduce: rank 0's fails with the family's collective error,
     naming the call, its sequence number and the rank, instead of hanging."""
-    port, out = _port(), tmp_path / "out"
+    port, out = free_port(), tmp_path / "out"
     cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
              f"--node-rank={r}", "--master-addr=127.0.0.1", f"--master-port={port}",
              "-m", "fornax.scenarios.distributed", "--families", "rocm-like", "--only", "collectives,clocks,overlap",

@@ -6,28 +6,22 @@ the job again, it resumes from the last checkpoint and ends where an uninterrupt
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from helpers import free_port
 from fornax.scenarios.recovery import cpu_losses
 
 STEPS = ["--steps", "4", "--checkpoint-every", "2", "--fail-at", "3", "--fail-rank", "1"]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(tmp_path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """torchrun (2 ranks, one restart allowed); the records it left, by attempt/rank."""
     root = tmp_path / name
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=1",
-           f"--master-port={_port()}", "-m", "fornax.scenarios.recovery", *STEPS,
+           f"--master-port={free_port()}", "-m", "fornax.scenarios.recovery", *STEPS,
            "--checkpoint", str(root / "ckpt"), "--out", str(root / "out"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     records = {f"{p.parent.name}/{p.stem}": json.loads(p.read_text())

@@ -53,7 +53,8 @@ def register() -> None:
         op = _overload(name)
         impl.impl(name, _redispatch_cpu(op), "PrivateUse1")
     for name, fn in {**_KERNELS, **fused.KERNELS, **histogram.KERNELS}.items():
-        impl.impl(name, _after_pending(_accounted(name, fn)), "PrivateUse1")
+        kernel = _accounted(name, fn)
+        impl.impl(name, kernel if name in _FACTORIES else _after_pending(kernel), "PrivateUse1")
     _register_lowered(impl)
     fallback = torch.library.Library("_", "IMPL")
     LIBRARIES.append(fallback)
@@ -103,6 +104,8 @@ def _overload(name: str):
     return getattr(getattr(aten, base), ov or "default")
 
 
+#: kernels that take no tensor, so no work can be pending on their inputs
+_FACTORIES = frozenset({"empty.memory_format", "empty_strided"})
 _COPIES = frozenset({"empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize",
                      "_to_copy", "_local_scalar_dense", "resize_"})
 

@@ -12,12 +12,12 @@ different ranks.  No simulated time is charged: CPU collectives are host work.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_leaves
 
 #: ProcessGroup methods gloo serves under the same name and arguments
 GLOO_METHODS = ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather",
@@ -25,17 +25,9 @@ GLOO_METHODS = ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allg
                 "alltoall_base", "alltoall", "scatter", "gather", "send", "recv")
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-
-
 def on_host(args: tuple) -> bool:
     """Whether a collective's tensor arguments are all CPU tensors (and there is one)."""
-    tensors = list(_tensors(args))
+    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
     return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
 
 
