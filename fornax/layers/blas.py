@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..sim import isa
+from ..sim import fastpath, isa
 from .codegen import POINTWISE_REGISTERS, KernelBuilder, _gelu
 
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
@@ -162,6 +162,14 @@ class _Gen:
                     registers=-(-bm * bn * acc_words // group_size) + POINTWISE_REGISTERS)
 
 
+def _fast(kind: str, v: GemmVariant) -> dict[str, object]:
+    """What the simulator's fast path (:mod:`fornax.sim.fastpath`) needs to run the kernel
+    as whole-operand numpy calls instead of its tape."""
+    return fastpath.describe(kind, acc=v.acc, tile=list(v.tile), split=v.split, trans_a=v.trans_a,
+                             trans_b=v.trans_b, beta=v.beta, bias=v.bias, act=v.act, tf32=v.tf32,
+                             scaled=v.scaled)
+
+
 def gemm_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
     """The main kernel: grid ``(ceil(n/bn), ceil(m/bm), batch * split)``.
 
@@ -237,6 +245,7 @@ def gemm_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
         per = {"vector_flops": {v.acc: ops}, "bytes_written": out_item,
                "bytes_read": (out_item if v.beta else 0) + (out_item / bm if v.bias else 0)}
     program = kb.program(**g.meta(group_size, (bm * bk + bk * bn) * ITEMSIZE[v.dtype]))
+    program.meta["fast"] = _fast("gemm", v)
     program.meta["estimate"] = {
         "kind": "gemm", "m": "m", "n": "n", "k": "ks" if split else "k", "batch": "grid",
         "dtype": "tfloat32" if v.tf32 else v.dtype, "tile": [bm, bn, bk],
@@ -282,6 +291,7 @@ def reduce_program(name: str, v: GemmVariant, group_size: int) -> isa.Program:
     out_item = ITEMSIZE[v.out]
     program = kb.program(group_size=group_size, kind="pointwise", registers=POINTWISE_REGISTERS,
                          shared_memory=0)
+    program.meta["fast"] = _fast("gemm_reduce", v)
     program.meta["estimate"] = {
         "kind": "outputs", "m": "m", "n": "n",
         "per_output": {"vector_flops": {v.acc: v.split + ops},

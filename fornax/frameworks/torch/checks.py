@@ -49,6 +49,12 @@ def scalar_name(dtype: torch.dtype) -> str:
     return SCALAR_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
+def per_call(name: str) -> bool:
+    """Whether :func:`validate` must see every call of ``name`` (its check reads the data or
+    warns each time), so the eager dispatch cache cannot stand in for it."""
+    return name in _INDEX_OPS or name.removeprefix("aten::").partition(".")[0] in _DOF_OPS
+
+
 def validate(name: str, op, args: tuple, kwargs: dict) -> None:
     """Raise (or warn) as PyTorch's CPU kernel of ``op`` would for these arguments."""
     if name in _INDEX_OPS:

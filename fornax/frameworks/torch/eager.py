@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from ...layers.errors import FornaxError
 from ...layers.graph import Graph
 from . import checks as _checks
+from . import dispatch_cache as _cache
 from . import mathbits as _mathbits
 from . import placement as _placement
 from . import profiler as _profiler
@@ -134,14 +135,20 @@ def dispatch(op, *args, **kwargs):
     with session.lock:
         if _profiler.enabled():
             return _profiler.run(session, op, _dispatch, args, kwargs)
-        return _dispatch(session, op, args, kwargs)
+        fast_key = _cache.key(op, args, kwargs)
+        if fast_key is not None:
+            launch = session.fast.get(fast_key)
+            if launch is not None:
+                return launch(session, args, kwargs)
+        return _dispatch(session, op, args, kwargs, fast_key)
 
 
-def _dispatch(session: Session, op, args, kwargs):
+def _dispatch(session: Session, op, args, kwargs, fast_key=None):
     info = op_info(op)
     _checks.validate(info.name, op, args, kwargs)
     device = _requested.device_argument(op, args, kwargs)
     _requested.check_index(device)
+    given = (args, kwargs)
     args, kwargs = _adopt_cpu_scalars(info, op, args, kwargs)
     if info.kind == "view":
         session.stats.record(info.name, "view")
@@ -176,6 +183,13 @@ def _dispatch(session: Session, op, args, kwargs):
     out, reason = _native(session, info, op, args, kwargs)
     if out is not NotImplemented:
         session.stats.record(info.name, "native")
+        if fast_key is not None and args is given[0] and kwargs is given[1] and \
+                not _checks.per_call(info.name):
+            # it ran natively on the arguments as given: later calls like it launch directly
+            entry = session.plans.get(_signature(op, args, kwargs))
+            if isinstance(entry, _Native):
+                _cache.install(session, fast_key, _cache.Launch(
+                    info.name, entry.plan, entry.outs, entry.structure, entry.present, materialize))
         return out
     out = _decompose(session, info, op, args, kwargs, reason)
     if out is not NotImplemented:
@@ -503,6 +517,7 @@ def _evict(session: Session) -> None:
     """Keep the plan cache bounded: drop the oldest entries and free their constants."""
     while len(session.plans) > PLAN_CACHE_SIZE:
         _, old = session.plans.popitem(last=False)
+        session.fast.clear()            # cached launches may hold the plan released here
         plan = old.plan if isinstance(old, _Native) else old
         if hasattr(plan, "release"):
             plan.release()

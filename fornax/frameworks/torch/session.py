@@ -96,6 +96,7 @@ class Session:
         self.allocations: dict[int, int] = {}   # device address -> bytes
         self.stats = OpStats()
         self.plans: OrderedDict = OrderedDict()  # eager executables, keyed by op signature
+        self.fast: dict = {}                    # the dispatch cache: call signature -> launch
         self.rules: dict = {}                   # ATen op -> the family's torch_route answer
         self.alive = True
         self.default_torch_stream: Selectable | None = None   # torch.fornax.default_stream()'s object
@@ -112,11 +113,12 @@ class Session:
     def tag(self, address: int) -> int:
         return (self.id << TAG_SHIFT) | address
 
-    def malloc(self, nbytes: int) -> int:
-        """Device bytes from the runtime seam's caching allocator, on the current stream's pool
-        (like PyTorch's, it never synchronises the device)."""
+    def malloc(self, nbytes: int, stream: Any = None) -> int:
+        """Device bytes from the runtime seam's caching allocator, on ``stream``'s pool (default:
+        the current stream's; like PyTorch's, it never synchronises the device)."""
         with self.lock:
-            address = self.runtime.allocate(max(int(nbytes), 1), runtime_stream(self))
+            address = self.runtime.allocate(max(int(nbytes), 1),
+                                            runtime_stream(self) if stream is None else stream)
             self.allocations[address] = int(nbytes)
             return self.tag(address)
 
@@ -144,6 +146,7 @@ class Session:
             Session._next_id += 1
             self.allocations = {}
             self.plans.clear()
+            self.fast.clear()
 
     def address(self, ptr: int, what: str = "tensor") -> int:
         """The simulated device address behind a tagged data pointer of this session."""

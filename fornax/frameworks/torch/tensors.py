@@ -5,8 +5,8 @@ A fornax tensor is an ordinary ``torch.Tensor`` on the PrivateUse1 key (renamed
 its data pointer is the tagged simulated device address (see :mod:`.session`), so
 ``t.data_ptr()`` is exactly ``storage address + storage_offset * itemsize``, the number a
 kernel receives.  The storage is freed through the runtime seam's caching allocator
-when PyTorch drops its last reference (a ``weakref.finalize`` on the storage, which may
-run on any thread, e.g. the autograd engine's).
+when PyTorch drops its last reference (a weak reference's callback on the storage, which
+may run on any thread, e.g. the autograd engine's).
 
 Moving data between the host and the device always goes through the runtime seam
 (``memcpy_h2d`` / ``memcpy_d2h`` on the session's current stream).  Strided tensors are
@@ -16,6 +16,7 @@ in-place writes through a view keep PyTorch's exact semantics.
 
 from __future__ import annotations
 
+import atexit
 import weakref
 from typing import cast
 
@@ -56,21 +57,39 @@ def _storage_at(ptr: int, nbytes: int) -> torch.UntypedStorage:
                 torch._C._construct_storage_from_data_pointer(ptr, torch.device(DEVICE, 0), int(nbytes)))
 
 
-def new_storage(nbytes: int, session: Session | None = None) -> torch.UntypedStorage:
-    """A storage of ``nbytes`` in simulated device memory (freed when torch drops it)."""
+def new_storage(nbytes: int, session: Session | None = None, stream=None) -> torch.UntypedStorage:
+    """A storage of ``nbytes`` in simulated device memory (freed when torch drops it);
+    ``stream``: the runtime stream whose pool it comes from (default: this thread's)."""
     session = session or current()
-    ptr = session.malloc(nbytes)
+    ptr = session.malloc(nbytes, stream)
     storage = _storage_at(ptr, nbytes)
-    # what the storage owns is a one-element list, so that resize_storage can change it; at
-    # interpreter exit the bytes go with the process: freeing them there would wait on the
-    # simulated device (a blocking free synchronises), so the finaliser does not run then
+    # what the storage owns is a one-element list, so that resize_storage can change it
     owned = [ptr]
     setattr(storage, _OWNED, owned)
-    weakref.finalize(storage, _free, session, owned).atexit = False
+    _LIVE[weakref.ref(storage, _collected)] = (session, owned)
     return storage
 
 
 _OWNED = "_fornax_owned"
+#: the weak reference of every live fornax storage -> (session, [address]); its callback frees
+#: the address when torch drops the storage (a plain weak reference: ``weakref.finalize``
+#: costs several times more on the hot path of every eager op's output)
+_LIVE: dict = {}
+_exiting = False
+
+
+def _collected(ref) -> None:
+    entry = _LIVE.pop(ref, None)
+    if entry is not None and not _exiting:
+        _free(*entry)
+
+
+@atexit.register
+def _at_exit() -> None:
+    # at interpreter exit the bytes go with the process: freeing them there would wait on the
+    # simulated device (a blocking free synchronises), so nothing is freed from then on
+    global _exiting
+    _exiting = True
 
 
 def _free(session: Session, owned: list) -> None:
@@ -136,19 +155,29 @@ def span_elements(shape, stride) -> int:
     return n
 
 
+_SET = torch.ops.aten.set_.source_Storage_storage_offset._handle
+
+
 def wrap(storage, shape, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
     """A fornax tensor viewing ``storage`` (no copy)."""
     t = torch._C._acc.create_empty_tensor((0,), dtype)
-    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KEYS, t, storage, int(offset), list(shape), list(stride))
+    # the CPU kernel of set_ only re-points metadata; called straight on the operator handle
+    _SET.redispatch_boxed(_CPU_KEYS, t, storage, int(offset), list(shape), list(stride))
     return t
 
 
-def empty(shape, dtype: torch.dtype, stride=None, session: Session | None = None) -> torch.Tensor:
+def empty(shape, dtype: torch.dtype, stride=None, session: Session | None = None, stream=None) -> torch.Tensor:
     shape = tuple(int(d) for d in shape)
     stride = contiguous_strides(shape) if stride is None else tuple(int(s) for s in stride)
     nbytes = span_elements(shape, stride) * dtype.itemsize
-    return wrap(new_storage(nbytes, session), shape, stride, dtype)
+    return wrap(new_storage(nbytes, session, stream), shape, stride, dtype)
+
+
+def empty_contiguous(shape: tuple, stride: tuple, nbytes: int, dtype: torch.dtype, session: Session,
+                     stream) -> torch.Tensor:
+    """:func:`empty` for a caller that already knows the contiguous strides and byte size
+    (the eager dispatch cache: no argument normalisation on its hot path)."""
+    return wrap(new_storage(nbytes, session, stream), shape, stride, dtype)
 
 
 def address(t: torch.Tensor, session: Session | None = None) -> int:

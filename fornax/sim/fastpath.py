@@ -1,0 +1,236 @@
+"""Fast paths: whole launches of known kernels as a handful of vectorised numpy calls.
+
+A replayed launch (:mod:`.replay`) still steps through its tape instruction by
+instruction, and a tiled GEMM's tape is its K loop: per iteration, index arithmetic, two
+masked tile loads and one batch of tile products.  A kernel whose program says what it
+is (``meta["fast"]``, set by the library that built it) can instead run here: the same
+tiles are cut from the operands at once, every iteration's tile products are one numpy
+``matmul`` over all program instances (the same 2-D products, of the same shapes and
+strides, as the interpreter's), accumulated in loop order, and the epilogue applies the
+same instructions' arithmetic to every tile together.  So the result is the
+interpreter's bit for bit (``tests/sim/test_fastpath.py`` checks it over shapes, dtypes,
+layouts and epilogues), and the counters come from the launch's recording.
+
+A fast path runs only when it can say in advance that nothing will fault: aligned
+pointers, each operand inside one mapping, slice orders in range.  Anything else (or a
+kernel variant it does not know, such as a GELU epilogue) returns ``None`` and the
+launch replays its tape, which faults or computes exactly as the interpreter does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import isa
+from .arithmetic import cast
+from .counters import Counters
+from .interpreter import BINARY, UNARY, Args, Grid, PointerDtypes
+from .memory import AddressSpace, Mapping
+from .tiles import Tile, compute_dtype, operand
+
+#: elements one batch of tile products may hold (the K loop runs in as many batches as needed)
+PRODUCT_ELEMENTS = 1 << 22
+#: epilogue activations a fast path computes (others replay the tape)
+_ACTIVATIONS = ("none", "relu", "silu")
+
+
+def run(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
+        ptr_dtype: PointerDtypes) -> Counters | None:
+    """Run a launch of a kernel described by ``fast``; returns what its data-dependent
+    accesses touched (a :class:`Counters` holding their ranges; empty when it has none), or
+    None when this launch must replay its tape instead."""
+    kind = fast.get("kind")
+    try:
+        if kind == "gemm":
+            return _gemm(fast, grid, args, space, ptr_dtype)
+        if kind == "gemm_reduce":
+            return _reduce(fast, grid, args, space, ptr_dtype)
+    except _Decline:
+        return None
+    return None
+
+
+class _Decline(Exception):
+    """This launch cannot take the fast path (the tape then runs it)."""
+
+
+# -- memory ---------------------------------------------------------------------------------
+def _view(space: AddressSpace, base: int, dtype: np.dtype[Any], shape: tuple[int, ...],
+          strides: tuple[int, ...]) -> tuple[Mapping, np.ndarray]:
+    """An element view (strides in elements, none negative) of memory at ``base``, when every
+    element it spans lies in one mapping and ``base`` is aligned."""
+    isz = dtype.itemsize
+    if base % isz or any(s < 0 for s in strides) or any(d <= 0 for d in shape):
+        raise _Decline
+    last = sum((d - 1) * s for d, s in zip(shape, strides))
+    m = space.holding(base, base + (last + 1) * isz)
+    if m is None:
+        raise _Decline
+    view = space.box(m, dtype, (base - m.va, shape, tuple(s * isz for s in strides)))
+    return m, view
+
+
+def _store(space: AddressSpace, base: int, dtype: np.dtype[Any], values: np.ndarray,
+           strides: tuple[int, ...]) -> None:
+    """Write ``values`` (cast to ``dtype``) at ``base`` with element ``strides``, deferred as
+    every store is while a packet runs; the elements must be distinct."""
+    isz = dtype.itemsize
+    shape = values.shape
+    if len(shape) > 1 and shape[0] > 1 and strides[0] < strides[1] * shape[1]:
+        raise _Decline                  # batches that overlap: the tape stores them in order
+    m, _ = _view(space, base, dtype, shape, strides)
+    space.store_box(m, dtype, (base - m.va, shape, tuple(s * isz for s in strides)),
+                    np.ascontiguousarray(cast(values, dtype)))
+
+
+# -- arithmetic as the interpreter's instructions do it ------------------------------------------
+def _binary(fn: str, a: Tile, b: Tile) -> Tile:
+    y = BINARY[fn](compute_dtype(a), compute_dtype(b))
+    return y if y.dtype == np.bool_ else cast(y, a.dtype)
+
+
+def _unary(fn: str, x: Tile) -> Tile:
+    y = UNARY[fn](compute_dtype(x))
+    return y if y.dtype == np.bool_ else cast(y, x.dtype)
+
+
+def _scalar(args: Args, name: str, dtype: np.dtype[Any]) -> Tile:
+    return np.array([args[name]], dtype=dtype)
+
+
+def _int(args: Args, name: str) -> int:
+    value = args[name]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise _Decline
+    return int(value)
+
+
+def _epilogue(fast: dict[str, Any], acc: Tile, args: Args, space: AddressSpace,
+              ptr_dtype: PointerDtypes, z: int, m: int, n: int, sc: int) -> None:
+    """Scale, alpha, beta * C, bias, activation, convert and store, over ``acc``'s valid
+    ``[z, m, n]`` outputs (the masked-off lanes of edge tiles are never stored, and every
+    step is element-wise)."""
+    acc_dt = np.dtype(fast["acc"])
+    out_dt = ptr_dtype["c"]
+    x = acc
+    if fast["scaled"]:
+        x = _binary("mul", x, _scalar(args, "scale", acc_dt))
+    x = _binary("mul", x, _scalar(args, "alpha", acc_dt))
+    base = int(args["c"])
+    if fast["beta"]:
+        _, old = _view(space, base, out_dt, (z, m, n), (sc, n, 1))
+        x = _binary("add", x, _binary("mul", operand(np.array(old), acc_dt), _scalar(args, "beta", acc_dt)))
+    if fast["bias"]:
+        _, bias = _view(space, int(args["bias"]), ptr_dtype["bias"], (n,), (1,))
+        x = _binary("add", x, operand(np.array(bias).reshape(1, 1, n), acc_dt))
+    act = fast["act"]
+    if act == "relu":
+        x = _unary("relu", x)
+    elif act == "silu":
+        x = _binary("mul", x, _unary("sigmoid", x))
+    _store(space, base, out_dt, operand(x, out_dt), (sc, n, 1))
+
+
+# -- the tiled GEMM -----------------------------------------------------------------------------
+def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
+          ptr_dtype: PointerDtypes) -> Counters:
+    if fast["act"] not in _ACTIVATIONS:
+        raise _Decline
+    bm, bn, bk = fast["tile"]
+    split = int(fast["split"])
+    gx, gy, gz = grid
+    m, n, k = _int(args, "m"), _int(args, "n"), _int(args, "k")
+    sa, sb, sc = _int(args, "sa"), _int(args, "sb"), _int(args, "sc")
+    if min(m, n, k) <= 0 or gx * bn < n or gy * bm < m or gz % split:
+        raise _Decline
+    batch = gz // split
+    ks = _int(args, "ks") if split > 1 else k
+    if ks <= 0:
+        raise _Decline
+    steps = -(-ks // bk)                       # iterations of the K loop
+    acc_dt = np.dtype(fast["acc"])
+    da, db = ptr_dtype["a"], ptr_dtype["b"]
+    # the operands as stored: A is m x k (k x m transposed), B k x n (n x k transposed)
+    a_shape, a_strides = ((batch, k, m), (sa, m, 1)) if fast["trans_a"] else ((batch, m, k), (sa, k, 1))
+    b_shape, b_strides = ((batch, n, k), (sb, k, 1)) if fast["trans_b"] else ((batch, k, n), (sb, n, 1))
+    _, a_view = _view(space, int(args["a"]), da, a_shape, a_strides)
+    _, b_view = _view(space, int(args["b"]), db, b_shape, b_strides)
+    a_mat = a_view.transpose(0, 2, 1) if fast["trans_a"] else a_view       # batch x m x k
+    b_mat = b_view.transpose(0, 2, 1) if fast["trans_b"] else b_view       # batch x k x n
+    # every instance's tiles, as its masked loads give them (masked lanes hold 0), one row
+    # of K slices per instance z = batch * split + slice
+    kp = steps * bk
+    a_pad = np.zeros((gz, gy * bm, kp), dtype=da)
+    b_pad = np.zeros((gz, kp, gx * bn), dtype=db)
+    for s in range(split):
+        k0 = s * ks
+        kend = min(k, k0 + ks)
+        if kend <= k0:
+            continue
+        a_pad[s::split, :m, :kend - k0] = a_mat[:, :, k0:kend]
+        b_pad[s::split, :kend - k0, :n] = b_mat[:, k0:kend, :]
+    if fast["tf32"]:
+        a_pad, b_pad = _unary("tf32", a_pad), _unary("tf32", b_pad)
+    a_pad, b_pad = operand(a_pad, acc_dt), operand(b_pad, acc_dt)
+    # z, tile row, K step, bm, bk  /  z, tile column, K step, bk, bn: each 2-D tile C-contiguous
+    a_t = np.ascontiguousarray(a_pad.reshape(gz, gy, bm, steps, bk).transpose(0, 1, 3, 2, 4))
+    b_t = np.ascontiguousarray(b_pad.reshape(gz, steps, bk, gx, bn).transpose(0, 3, 1, 2, 4))
+    acc = np.zeros((gz, gy, gx, bm, bn), dtype=acc_dt)
+    per = max(1, PRODUCT_ELEMENTS // max(1, gz * gy * gx * bm * bn))
+    for first in range(0, steps, per):
+        last = min(steps, first + per)
+        # z, row, column, step, bm, bn: one matmul, a 2-D product per tile and step
+        prods = np.matmul(a_t[:, :, None, first:last], b_t[:, None, :, first:last])
+        for j in range(last - first):
+            acc = acc + prods[:, :, :, j]
+    acc = acc.transpose(0, 1, 3, 2, 4).reshape(gz, gy * bm, gx * bn)[:, :m, :n]
+    if split > 1:
+        # partials of slice s of batch b at ((b * split + s) * m * n)
+        _store(space, int(args["c"]), ptr_dtype["c"], acc, (m * n, n, 1))
+        return Counters()
+    _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
+    return Counters()               # every access of the kernel is static
+
+
+def _reduce(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
+            ptr_dtype: PointerDtypes) -> Counters:
+    """The split-K reduction: the partials of every output added in the order buffer's
+    slice order, then the epilogue."""
+    if fast["act"] not in _ACTIVATIONS:
+        raise _Decline
+    split = int(fast["split"])
+    bm, bn, _ = fast["tile"]
+    gx, gy, batch = grid
+    m, n, sc = _int(args, "m"), _int(args, "n"), _int(args, "sc")
+    if min(m, n) <= 0 or gx * bn < n or gy * bm < m:
+        raise _Decline
+    _, order = _view(space, int(args["order"]), ptr_dtype["order"], (split,), (1,))
+    order = np.array(order, dtype=np.int64)
+    if order.min() < 0 or order.max() >= split or len(set(order.tolist())) != split:
+        raise _Decline
+    acc_dt = np.dtype(fast["acc"])
+    ws_dt = ptr_dtype["ws"]
+    ws_base = int(args["ws"])
+    _, parts = _view(space, ws_base, ws_dt, (batch, split, m, n), (split * m * n, m * n, n, 1))
+    acc = np.zeros((batch, m, n), dtype=acc_dt)
+    for s in order.tolist():
+        acc = _binary("add", acc, np.array(parts[:, s]))
+    _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
+    # the partials' loads sit at offsets read from the order buffer: what they touched
+    live = Counters()
+    live.read_ranges["ws"] = (ws_base, ws_base + batch * split * m * n * ws_dt.itemsize)
+    return live
+
+
+def describe(kind: str, **fields: Any) -> dict[str, Any]:
+    """The ``meta["fast"]`` entry a library puts on a kernel it builds."""
+    if kind not in ("gemm", "gemm_reduce"):
+        raise ValueError(f"no fast path for kernels of kind {kind!r}")
+    for name in ("acc", "tile", "split", "trans_a", "trans_b", "beta", "bias", "act", "tf32",
+                 "scaled"):
+        if name not in fields:
+            raise ValueError(f"a {kind} fast path needs {name!r}")
+    isa.np_dtype(fields["acc"])
+    return {"kind": kind, **fields}

@@ -1,0 +1,140 @@
+"""The GEMM fast path (fornax.sim.fastpath) against the interpreter, bit for bit.
+
+The library's tiled GEMM kernels (and the split-K reduction) launch four times on fresh
+data through a replay cache with the fast path on and through the plain interpreter: the
+first launch runs plainly, the second records, the third and fourth take the fast path.
+Every output byte, every counter and every touched range must agree, over random shapes,
+dtypes, layouts, tiles, epilogues and split-K orders."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fast_paths import Buffers as Space    # each array 64 bytes into a mapping of its own
+
+from fornax.layers import blas
+from fornax.sim import fastpath, isa
+from fornax.sim.execute import execute
+from fornax.sim.faults import PageFault
+from fornax.sim.replay import ReplayCache
+
+LAUNCHES = 4
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
+          "float64": np.float64}
+
+
+def _counts(c):
+    return (c.instances, dict(c.matrix_flops), dict(c.vector_flops), c.bytes_read, c.bytes_written,
+            c.instructions, dict(c.read_ranges), dict(c.write_ranges))
+
+
+def _launches(v: blas.GemmVariant, m: int, n: int, k: int, batch: int, seed: int, replays):
+    """Four launches of the main kernel (and the reduction of a split-K variant) on fresh
+    data; per launch, the output bytes and the counters."""
+    main = blas.gemm_program("g", v, 64)
+    red = blas.reduce_program("r", v, 64) if v.split > 1 else None
+    g_main, g_red = blas.grids(v, m, n, batch)
+    dt, out = DTYPES[v.dtype], DTYPES[v.out]
+    results = []
+    for t in range(LAUNCHES):
+        rng = np.random.default_rng(seed * 10 + t)
+        sp = Space()
+        a = rng.standard_normal((batch, k, m) if v.trans_a else (batch, m, k)).astype(dt)
+        b = rng.standard_normal((batch if v.b_batched else 1, n, k) if v.trans_b
+                                else (batch if v.b_batched else 1, k, n)).astype(dt)
+        c0 = rng.standard_normal((batch, m, n)).astype(out)
+        args = {"a": sp.put(a), "b": sp.put(b), "m": m, "n": n, "k": k,
+                "sa": m * k, "sb": k * n if v.b_batched else 0, "sc": m * n, "alpha": 0.75}
+        if v.beta:
+            args["beta"] = -0.5
+        if v.bias:
+            args["bias"] = sp.put(rng.standard_normal(n).astype(out))
+        c = sp.put(c0)
+        record = []
+        if v.split > 1:
+            ks = math.ceil(k / v.split)
+            order = rng.permutation(v.split).astype(np.int64)
+            ws = sp.put(np.zeros(v.split * batch * m * n, DTYPES[v.acc]))
+            o = sp.put(order)
+            main_args = {k_: args[k_] for k_ in ("a", "b", "m", "n", "k", "sa", "sb", "sc")}
+            record.append(_counts(execute(main, g_main, {**main_args, "c": ws, "ks": ks}, sp.space, replays)))
+            red_args = {"ws": ws, "order": o, "c": c, "m": m, "n": n, "sc": m * n, "alpha": 0.75,
+                        **({"beta": args["beta"]} if v.beta else {}),
+                        **({"bias": args["bias"]} if v.bias else {})}
+            record.append(_counts(execute(red, g_red, red_args, sp.space, replays)))
+            record.append(sp.get(ws, v.split * batch * m * n, DTYPES[v.acc]).tobytes())
+        else:
+            record.append(_counts(execute(main, g_main, {**args, "c": c}, sp.space, replays)))
+        record.append(sp.get(c, batch * m * n, out).tobytes())
+        results.append(record)
+    return results, (main, red)
+
+
+variants = st.builds(
+    lambda dtype, out, tile, ta, tb, beta, bias, act, split, bb, tf32: blas.GemmVariant(
+        dtype, out if dtype != "float64" else "float64", tile, ta, tb, beta, bias, act,
+        tf32 and dtype == "float32", split, bb),
+    st.sampled_from(sorted(DTYPES)), st.sampled_from(["float32", "float16", "bfloat16"]),
+    st.sampled_from([(16, 16, 16), (32, 32, 16), (16, 32, 8), (64, 16, 32)]),
+    st.booleans(), st.booleans(), st.booleans(), st.booleans(),
+    st.sampled_from(["none", "relu", "silu"]), st.sampled_from([1, 1, 2, 4]), st.booleans(),
+    st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v=variants, m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 90),
+       batch=st.integers(1, 3), seed=st.integers(0, 1000))
+def test_fast_path_matches_the_interpreter_bit_for_bit(v, m, n, k, batch, seed):
+    replays = ReplayCache()
+    fast, (main, red) = _launches(v, m, n, k, batch, seed, replays)
+    plain, _ = _launches(v, m, n, k, batch, seed, None)
+    assert fast == plain
+    assert replays.fast_launches == (LAUNCHES - 2) * (2 if v.split > 1 else 1)
+
+
+def test_a_gelu_epilogue_and_a_switched_off_cache_replay_the_tape():
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16), act="gelu")
+    replays = ReplayCache()
+    got, _ = _launches(v, 20, 24, 40, 1, 3, replays)
+    assert replays.fast_launches == 0 and got == _launches(v, 20, 24, 40, 1, 3, None)[0]
+    off = ReplayCache(fast=False)
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16))
+    got, _ = _launches(v, 20, 24, 40, 1, 3, off)
+    assert off.fast_launches == 0 and got == _launches(v, 20, 24, 40, 1, 3, None)[0]
+
+
+def test_an_operand_past_its_mapping_faults_as_the_interpreter_does():
+    """With a recording held, a launch whose A runs off its allocation declines the fast
+    path: the tape faults as the interpreter does, at the same address."""
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16))
+    main = blas.gemm_program("g", v, 64)
+    grid, _ = blas.grids(v, 16, 16, 1)
+    replays = ReplayCache()
+    errors = []
+    for t in range(LAUNCHES + 1):
+        for cache in (replays, None):
+            sp = Space()
+            rows = 16 if t < 3 else 8                  # the last two launches: 8 of 16 rows stored
+            args = {"a": sp.put(np.ones((rows, 16), np.float32)), "b": sp.put(np.ones((16, 16), np.float32)),
+                    "c": sp.put(np.zeros((16, 16), np.float32)), "m": 16, "n": 16, "k": 16,
+                    "sa": 0, "sb": 0, "sc": 0, "alpha": 1.0}
+            try:
+                execute(main, grid, args, sp.space, cache)
+            except PageFault as exc:
+                errors.append((cache is None, exc.address))
+    assert replays.fast_launches == 1                  # the third launch, before A shrank
+    assert len(errors) == 4 and errors[0][1] == errors[1][1] and errors[2][1] == errors[3][1]
+
+
+def test_describe_refuses_an_unknown_kind_or_a_missing_field():
+    with pytest.raises(ValueError, match="no fast path"):
+        fastpath.describe("conv", acc="float32")
+    with pytest.raises(ValueError, match="needs 'tile'"):
+        fastpath.describe("gemm", acc="float32")
+    meta = blas.gemm_program("g", blas.GemmVariant("float32", "float32", (16, 16, 16)), 64).meta
+    assert meta["fast"]["kind"] == "gemm" and isa.np_dtype(meta["fast"]["acc"]) == np.float32
