@@ -114,6 +114,8 @@ def build(stack: Stack, workload: str, result: RunResult | None = None,
         "flops": float(getattr(driver.kernel_log, "flops", None)
                        or sum(k.flops for k in driver.kernel_log)),
         "spec_hbm_bytes": dev.spec.hbm_bytes,
+        # how the host executed the launches (replay never changes a result or a device time)
+        "execution": dev.replays.stats(),
     }
     power = [d.power.summary(until=costs["device_time_s"]) for d in stack.devices]
     costs["energy_j"] = sum(p["energy_j"] for p in power)
@@ -355,6 +357,12 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
     ct.add_column("value", justify="right")
     ct.add_row("simulated device time", fmt_time(c["device_time_s"]))
     ct.add_row("host wall time (separate clock)", fmt_time(c["host_wall_s"]))
+    ex = c.get("execution")
+    if ex:
+        ct.add_row("kernel launches on the host",
+                   f"{ex['interpreted']} interpreted, {ex['recorded']} recorded, {ex['replayed']} replayed "
+                   f"({ex['fast_path']} by a fast path)" if ex["replay"]
+                   else f"{ex['interpreted']} interpreted (replay off)")
     ct.add_row("kernels / launches / fused", f"{c['kernels']} / {c['launches']} / {c['fused_kernels']}")
     ct.add_row("library calls", str(c["library_calls"]))
     ct.add_row("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")

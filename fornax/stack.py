@@ -72,7 +72,7 @@ MAX_DEVICES = 1024
 MAX_MESH_DEVICES = 64
 
 _STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate", "paths",
-               "nodes", "parallel"}
+               "nodes", "parallel", "replay"}
 #: how a workload runs over several devices of one process (``--parallel``): ``dp`` splits the
 #: batch over the devices, ``tp`` splits the weights (Megatron's column/row split)
 PARALLEL_MODES = ("dp", "tp")
@@ -146,11 +146,14 @@ class StackConfig:
     nodes: int = 1
     #: run the workload on every device (``--parallel``): dp, tp, or None (device 0 only)
     parallel: str | None = None
+    #: kernels launched again replay their recorded tape (and fast paths); off: every launch
+    #: runs through the interpreter, the reference (``--no-replay``: the same results, slower)
+    replay: bool = True
 
     def describe(self) -> dict[str, Any]:
         return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
                 "topology": self.topology, "meta": self.meta, "translate": self.translate,
-                "fuse": self.fuse, "paths": list(self.paths), "nodes": self.nodes}
+                "fuse": self.fuse, "paths": list(self.paths), "nodes": self.nodes, "replay": self.replay}
 
 
 def parse_seam_overrides(items: Iterable[object] | None) -> dict[str, str]:
@@ -173,7 +176,7 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 meta: bool | None = None, translate: bool | None = None,
                 fuse: bool | None = None, dump_ir: str | None = None,
                 paths: Iterable[str] | None = None, nodes: int | None = None,
-                parallel: str | None = None) -> StackConfig:
+                parallel: str | None = None, replay: bool | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
     if base is not None:
@@ -194,6 +197,7 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
     cfg.translate = (bool(translate) if translate is not None
                      else (base.translate if base is not None else True))
     cfg.fuse = bool(fuse) if fuse is not None else (base.fuse if base is not None else True)
+    cfg.replay = bool(replay) if replay is not None else (base.replay if base is not None else True)
     cfg.dump_ir = dump_ir if dump_ir is not None else (base.dump_ir if base is not None else None)
     chosen = list(paths) if paths is not None and list(paths) else (list(base.paths) if base else [])
     for name in chosen:
@@ -285,6 +289,9 @@ def load_config(path: str | Path) -> StackConfig:
     if not isinstance(stack.get("translate", True), bool):
         raise ConfigError(f"config file {p}: translate must be true or false, got {stack['translate']!r}")
     base.translate = stack.get("translate", True)
+    if not isinstance(stack.get("replay", True), bool):
+        raise ConfigError(f"config file {p}: replay must be true or false, got {stack['replay']!r}")
+    base.replay = stack.get("replay", True)
     paths = stack.get("paths", [])
     if not isinstance(paths, list) or not all(isinstance(n, str) for n in paths):
         raise ConfigError(f"config file {p}: paths must be a list of path names, got {paths!r}",
@@ -414,7 +421,8 @@ def compose(config: StackConfig) -> Stack:
     except SpecError as exc:
         raise ConfigError(str(exc)) from None
     vendors = {seam: get_vendor(config.seams[seam]) for seam in SEAMS}
-    replays = ReplayCache()                  # one bounded recording cache for the stack's devices
+    # one bounded recording cache for the stack's devices (limit 0: every launch interpreted)
+    replays = ReplayCache() if config.replay else ReplayCache(0, fast=False)
     devices = [Device(spec, i, meta=config.meta, replays=replays) for i in range(config.devices)]
     try:
         topology = Topology.build(spec, config.devices, config.topology, config.nodes)

@@ -86,13 +86,18 @@ def main() -> None:
               help="Switch compiler fusion off: one kernel per op (to compare with fusion on).")
 @click.option("--dump-ir", "dump_ir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Write the compiler's IR after every pass to DIR (FORNAX_LOG=compiler: to stderr).")
+@click.option("--no-replay", "no_replay", is_flag=True, default=False,
+              help="Run every kernel launch through the tile-ISA interpreter (the reference) instead "
+                   "of replaying recordings and fast paths: the same results, device times and "
+                   "traces, more host time.")
 @click.option("--inject", default=None, metavar="KIND[@N]", hidden=True,
               help="Fault drill: inject faults (comma-separated KIND[@N]) on every device.")
 @debug_option
 @handle_errors
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
-                dump_ir=None, framework="graph", all_rows=False, paths=(), nodes=None, parallel=None):
+                dump_ir=None, framework="graph", all_rows=False, paths=(), nodes=None, parallel=None,
+                no_replay=False):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
@@ -101,7 +106,7 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
                       devices=devices, topology=topology, meta=meta,
                       translate=False if no_translate else None,
                       fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths, nodes=nodes,
-                      parallel=parallel)
+                      parallel=parallel, replay=False if no_replay else None)
     prep = prepare(cfg, framework, workload, origin="fornax compose")
     plan = None
     if inject:

@@ -278,7 +278,9 @@ class ReplayCache:
         self.limit = REPLAY_BYTES if limit is None else limit
         #: whether a replayed launch of a kernel with a fast path (:mod:`.fastpath`) takes it
         self.fast = fast
-        self.fast_launches = 0          # launches the fast paths ran
+        #: launches by how they ran: interpreted plainly, interpreted while recording, replayed
+        #: from a recording (its tape), and replayed by a fast path
+        self.interpreted = self.recorded = self.replayed = self.fast_launches = 0
         self.nbytes = 0                 # what the recordings held now take
         self._programs: dict[int, _Program] = {}
         self._recordings: OrderedDict[tuple[int, LaunchKey], _Recording] = OrderedDict()
@@ -286,6 +288,12 @@ class ReplayCache:
     def __len__(self) -> int:
         """How many recordings are held now."""
         return len(self._recordings)
+
+    def stats(self) -> dict[str, int | bool]:
+        """How the launches so far ran (what a report shows: replay never changes a result,
+        only the host time it takes)."""
+        return {"replay": self.limit > 0, "interpreted": self.interpreted, "recorded": self.recorded,
+                "replayed": self.replayed + self.fast_launches, "fast_path": self.fast_launches}
 
     def recordings(self, program: isa.Program) -> int:
         """How many recordings of ``program`` are held now (one per grid and scalars)."""
@@ -377,6 +385,7 @@ class ReplayCache:
         gx, gy, gz = grid
         grid = (gx, gy, gz)
         if info is None:
+            self.interpreted += 1
             counters = Counters(instances=gx * gy * gz)
             Interpreter(program, space, args, counters, pointer_dtypes(program)).launch(
                 grid, chunk_instances(program))
@@ -396,6 +405,7 @@ class ReplayCache:
                     if live is not None:
                         self.fast_launches += 1
                         return recording.counted(args, live)
+                self.replayed += 1
                 return _replay(program, recording, grid, args, space, info.ptr_dtype)
         counters = Counters(instances=gx * gy * gz)
         # a key's first launch runs plainly (many kernels run once); its second one records
@@ -404,8 +414,10 @@ class ReplayCache:
                 if len(info.seen) >= 256:
                     info.seen.clear()
                 info.seen.add(key)
+            self.interpreted += 1
             Interpreter(program, space, args, counters, info.ptr_dtype).launch(grid, chunk)
             return counters
+        self.recorded += 1
         recorder = Recorder(self.limit // 8)     # one recording: at most an eighth of all
         RecordingInterpreter(program, space, args, counters, info.ptr_dtype, recorder).launch(
             grid, chunk)

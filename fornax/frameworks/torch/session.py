@@ -198,9 +198,11 @@ def _activate(session: Session) -> Session:
 
 
 def use_stack(vendor: str | None = None, *, config: str | None = None, spec: str | None = None,
-              seams: dict[str, str] | None = None, stack: Stack | None = None) -> Session:
+              seams: dict[str, str] | None = None, stack: Stack | None = None,
+              replay: bool | None = None) -> Session:
     """Compose the stack the ``fornax`` device runs on (all seams from ``vendor``, a TOML
-    ``config`` file, per-seam overrides, a chip ``spec``) or adopt a composed ``stack``.
+    ``config`` file, per-seam overrides, a chip ``spec``) or adopt a composed ``stack``;
+    ``replay=False`` runs every kernel launch through the interpreter (the same results).
 
     Call it before the first fornax tensor is made; calling it later switches stacks for
     new tensors (tensors of the old stack must be moved to the CPU first)."""
@@ -209,7 +211,7 @@ def use_stack(vendor: str | None = None, *, config: str | None = None, spec: str
         if vendor is None and base is None and not seams:
             raise ConfigError("use_stack() needs a vendor, a config file, seams or a stack",
                               hint="e.g. use_stack('rocm-like') or use_stack(config='stack.toml')")
-        cfg = make_config(vendor, seams, spec=spec, base=base)
+        cfg = make_config(vendor, seams, spec=spec, base=base, replay=replay)
         if cfg.meta:
             raise ConfigError("the torch eager device computes real values; a shape-only (meta) "
                               "stack cannot back it", hint="set meta = false in the config")
