@@ -2,7 +2,7 @@
 
 Nothing runs on a device; every prediction comes from the analytic models in
 ``fornax.sim.cost`` on the shipped chip specs.  The ratio column is
-predicted / reference.
+predicted / reference.  Every prediction and ratio is recorded (``benchmarks.results``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from rich.table import Table
 from fornax.sim.cost import copy_estimate, gemm_cost
 from fornax.sim.spec import available_specs, load_spec
 
+from .results import Figures
+
 GiB = 1 << 30
+FIGURES = Figures("calibration.predicted[{spec}: {what}]", "calibration.vs_{reference}[{spec}: {what}]",
+                  choices={"reference": ("measured", "datasheet")})
 
 
 def rows():
@@ -42,7 +46,14 @@ def main() -> None:
     table = Table(title="cost model calibration: predicted vs reference")
     for col in ("spec", "what", "predicted", "reference", "ratio", "reference source"):
         table.add_column(col, justify="right" if col in ("predicted", "reference", "ratio") else "left")
+    predicted = set()
     for spec, what, pred, ref, unit, where in rows():
+        if (spec, what) not in predicted:
+            FIGURES.record(f"calibration.predicted[{spec}: {what}]", pred, unit)
+            predicted.add((spec, what))
+        source = "datasheet" if where.startswith("datasheet") else "measured"
+        FIGURES.record(f"calibration.vs_{source}[{spec}: {what}]", pred / ref, "x",
+                       note=f"reference {ref:g} {unit}: {where}")
         table.add_row(spec, what, f"{pred:.1f} {unit}", f"{ref:.1f} {unit}", f"{pred / ref:.2f}", where)
     Console().print(table)
 

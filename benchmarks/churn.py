@@ -17,8 +17,12 @@ from fornax.scenarios.churn import churn
 from fornax.stack import compose, make_config
 from fornax.stack import BUILTIN_FAMILIES
 
+from .results import Figures
+
 CYCLES = 10_000
 RSS_BOUND = 64 << 20           # host bytes a 10^4-cycle churn may add
+FIGURES = Figures("churn.{what}[{family}]",
+                  choices={"what": ("wall_s", "per_cycle_s", "rss_growth", "device_bytes_after", "clean")})
 
 
 def main(cycles: int = CYCLES) -> list[dict]:
@@ -37,6 +41,12 @@ def main(cycles: int = CYCLES) -> list[dict]:
                       str(r.device_used_after), f"{r.rss_growth / 2**20:.1f} MiB",
                       "yes" if ok else "NO")
         rows.append({**r.to_dict(), "within_bound": ok})
+        FIGURES.record(f"churn.wall_s[{vendor}]", r.wall_s, "s", note=f"{cycles:,} cycles")
+        FIGURES.record(f"churn.per_cycle_s[{vendor}]", r.wall_s / cycles, "s")
+        FIGURES.record(f"churn.rss_growth[{vendor}]", r.rss_growth, "bytes", target=RSS_BOUND)
+        FIGURES.record(f"churn.device_bytes_after[{vendor}]", r.device_used_after, "bytes", target=0)
+        FIGURES.record(f"churn.clean[{vendor}]", int(r.clean), "bool", target=1, kind="min",
+                       note="device memory statistics zero and only the primary context left")
     console.print(table)
     return rows
 

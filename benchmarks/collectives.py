@@ -17,8 +17,14 @@ from rich.table import Table
 
 from fornax.stack import compose, make_config
 
+from .results import Figures
+
 DEVICES = 8
 SIZES = [1 << k for k in range(10, 29, 2)]          # 1 KiB .. 256 MiB
+FABRICS = ("switch", "mesh", "ring")
+FIGURES = Figures("collectives.wall_s[{fabric}]", "collectives.{what}[{fabric}: {size}: {algorithm}]",
+                  choices={"fabric": FABRICS, "what": ("time_s", "busbw"),
+                           "algorithm": ("ring", "tree", "auto")})
 
 
 def _fmt(nbytes: int) -> str:
@@ -50,10 +56,17 @@ def sweep(fabric: str, vendor: str = "cuda-like", spec: str = "h200-like") -> li
 
 def main() -> None:
     console = Console()
-    for fabric in ("switch", "mesh", "ring"):
+    for fabric in FABRICS:
         t0 = time.perf_counter()
         rows = sweep(fabric)
         wall = time.perf_counter() - t0
+        FIGURES.record(f"collectives.wall_s[{fabric}]", wall, "s", note="host wall of the sweep")
+        for row in rows:
+            for algo in ("ring", "tree", "auto"):
+                rec, where = row[algo], f"{fabric}: {_fmt(row['bytes'])}: {algo}"
+                note = f"simulated; chosen: {rec.algorithm}" if algo == "auto" else "simulated"
+                FIGURES.record(f"collectives.time_s[{where}]", rec.time_s, "s", note=note)
+                FIGURES.record(f"collectives.busbw[{where}]", rec.busbw / 1e9, "GB/s", note=note)
         table = Table(title=f"all-reduce float32 sum, {DEVICES} x h200-like, {fabric} fabric, "
                             f"shape-only (host wall {wall:.2f} s)")
         for col in ("size", "ring time", "ring busbw", "tree time", "tree busbw", "chosen",

@@ -18,7 +18,11 @@ from fornax.scenarios.workloads import get_workload
 from fornax.stack import compose, make_config
 from fornax.stack import BUILTIN_FAMILIES
 
+from .results import Figures
+
 COLD_TARGET_S, WARM_TARGET_S = 2.0, 0.1
+FIGURES = Figures("compile.cold_s[{family}]", "compile.warm_s[{family}]", "compile.kernels[{family}]",
+                  choices={"family": BUILTIN_FAMILIES})
 
 
 def measure(vendor: str) -> tuple[float, float, int]:
@@ -46,6 +50,9 @@ def main() -> None:
         for vendor in BUILTIN_FAMILIES:
             cold, warm, kernels = measure(vendor)
             ok = cold < COLD_TARGET_S and warm < WARM_TARGET_S
+            FIGURES.record(f"compile.cold_s[{vendor}]", cold, "s", target=COLD_TARGET_S)
+            FIGURES.record(f"compile.warm_s[{vendor}]", warm, "s", target=WARM_TARGET_S)
+            FIGURES.record(f"compile.kernels[{vendor}]", kernels, "count")
             table.add_row(vendor, str(kernels), f"{cold * 1e3:.1f} ms", f"{warm * 1e3:.3f} ms",
                           "yes" if ok else "no")
         Console().print(table)

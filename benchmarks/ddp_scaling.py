@@ -28,8 +28,14 @@ from fornax.sim.spec import load_spec
 from fornax.sim.topology import Topology
 from fornax.stack import compose, make_config
 
+from .results import Figures
+
 RANKS = (1, 2, 4)
 SIZES = [1 << k for k in (16, 20, 24, 28)]       # 64 KiB .. 256 MiB
+FIGURES = Figures("ddp.{what}[{ranks} ranks]", "ddp.ring_busbw[{nodes}: {size}]",
+                  choices={"what": ("host_wall_per_step_s", "simulated_per_step_s", "compute_per_step_s",
+                                    "communication_per_step_s", "ideal_communication_s", "efficiency"),
+                           "ranks": tuple(map(str, RANKS)), "nodes": ("1 node", "2 nodes")})
 
 
 def _port() -> int:
@@ -72,6 +78,12 @@ def main() -> None:
     for r in rows:
         n = r["world_size"]
         ideal = Topology.build(spec, n, "switch").allreduce_time(r["gradient_bytes"], "ring") if n > 1 else 0.0
+        for what in ("host_wall_per_step_s", "simulated_per_step_s", "compute_per_step_s",
+                     "communication_per_step_s"):
+            FIGURES.record(f"ddp.{what}[{n} ranks]", r[what], "s")
+        FIGURES.record(f"ddp.ideal_communication_s[{n} ranks]", ideal, "s", note="the topology's ring all-reduce")
+        FIGURES.record(f"ddp.efficiency[{n} ranks]", base / r["simulated_per_step_s"], "fraction",
+                       note="weak scaling, simulated: T(1) / T(N)")
         table.add_row(str(n), f"{r['host_wall_per_step_s'] * 1e3:.1f} ms",
                       f"{r['simulated_per_step_s'] * 1e6:.1f} us", f"{r['compute_per_step_s'] * 1e6:.1f} us",
                       f"{r['communication_per_step_s'] * 1e6:.1f} us", f"{ideal * 1e6:.1f} us",
@@ -82,7 +94,10 @@ def main() -> None:
     for col in ("size", "1 node busbw", "2 nodes busbw"):
         table.add_column(col, justify="right")
     for nbytes in SIZES:
-        table.add_row(f"{nbytes >> 10} KiB", f"{busbw(1, nbytes) / 1e9:.1f} GB/s", f"{busbw(2, nbytes) / 1e9:.1f} GB/s")
+        one, two = busbw(1, nbytes), busbw(2, nbytes)
+        FIGURES.record(f"ddp.ring_busbw[1 node: {nbytes >> 10} KiB]", one / 1e9, "GB/s", note="simulated")
+        FIGURES.record(f"ddp.ring_busbw[2 nodes: {nbytes >> 10} KiB]", two / 1e9, "GB/s", note="simulated")
+        table.add_row(f"{nbytes >> 10} KiB", f"{one / 1e9:.1f} GB/s", f"{two / 1e9:.1f} GB/s")
     console.print(table)
 
 

@@ -18,6 +18,8 @@ from fornax.layers.errors import LibraryError
 from fornax.stack import compose, make_config
 from fornax.stack import BUILTIN_FAMILIES
 
+from .results import Figures
+
 SQUARES = [256, 512, 1024, 2048, 4096, 8192]
 #: (label, m, n, k): tokens x (hidden -> out), a 70B-class layer (hidden 8192, MLP 28672)
 LLM = [("qkv 16tok", 16, 10240, 8192), ("mlp-up 16tok", 16, 28672, 8192),
@@ -25,6 +27,8 @@ LLM = [("qkv 16tok", 16, 10240, 8192), ("mlp-up 16tok", 16, 28672, 8192),
 DTYPES = {"bfloat16": "bf16", "float8_e4m3fn": "fp8 e4m3"}
 #: each family on its own kind of chip
 SPECS = {"cuda-like": "h200-like", "rocm-like": "mi300x-like", "xpu-like": "max1550-like"}
+FIGURES = Figures("gemm.{choice}_tflops[{family}: {shape}: {dtype}]",
+                  choices={"choice": ("heuristic", "autotuned"), "dtype": tuple(DTYPES.values())})
 
 
 def _timed(stack, params: dict) -> tuple[str, float]:
@@ -59,6 +63,9 @@ def main(vendors=BUILTIN_FAMILIES) -> None:
                 except LibraryError:
                     table.add_row(label, short, "[dim]not offered[/dim]", "", "", "")
                     continue
+                where = f"{vendor}: {label}: {short}"
+                FIGURES.record(f"gemm.heuristic_tflops[{where}]", h_tf, "TFLOP/s", note=f"simulated; {h_algo}")
+                FIGURES.record(f"gemm.autotuned_tflops[{where}]", t_tf, "TFLOP/s", note=f"simulated; {t_algo}")
                 table.add_row(label, short, h_algo, f"{h_tf:.0f}", t_algo, f"{t_tf:.0f}")
         console.print(table)
 

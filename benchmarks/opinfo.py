@@ -20,10 +20,14 @@ from rich.markup import escape
 from rich.table import Table
 from fornax.stack import BUILTIN_FAMILIES
 
+from .results import Figures
+
 VENDORS = BUILTIN_FAMILIES
 MAX_SAMPLES = 32
 TARGET = 0.95
 WORST = 8
+FIGURES = Figures("opinfo.{what}[{family}]",
+                  choices={"what": ("pass_rate", "native_pass_rate", "samples", "native_ops", "wall_s")})
 
 
 def sweep(vendors=VENDORS, max_samples: int | None = MAX_SAMPLES) -> dict:
@@ -50,6 +54,12 @@ def main(vendors=VENDORS, max_samples: int | None = MAX_SAMPLES) -> None:
                 "wall"):
         table.add_column(col, justify="left" if col == "stack" else "right")
     for vendor, (s, wall) in results.items():
+        FIGURES.record(f"opinfo.pass_rate[{vendor}]", s.rate, "fraction", target=TARGET, kind="min",
+                       note=f"{s.passed} of {s.run} samples ({cap})")
+        FIGURES.record(f"opinfo.native_pass_rate[{vendor}]", s.native_rate, "fraction")
+        FIGURES.record(f"opinfo.samples[{vendor}]", s.run, "count")
+        FIGURES.record(f"opinfo.native_ops[{vendor}]", len(s.native), "count", note=f"of {len(s.results)}")
+        FIGURES.record(f"opinfo.wall_s[{vendor}]", wall, "s")
         table.add_row(vendor, str(s.run), str(s.passed), f"{s.rate:.1%}", f"{len(s.native)}/{len(s.results)}",
                       f"{s.native_rate:.1%}", "yes" if s.rate >= TARGET else "[red]no[/red]", f"{wall:.0f} s")
     console.print(table)

@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.table import Table
 from fornax.stack import BUILTIN_FAMILIES
 
+from .results import Figures
+
 VENDORS = BUILTIN_FAMILIES
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "evidence" / "real-clients.json"
@@ -33,6 +35,10 @@ BEGIN = "<!-- real-clients:begin (rendered by make bench from docs/evidence/real
 END = "<!-- real-clients:end -->"
 GROUPS = ("float32", "float16", "bfloat16", "int64", "bool", "complex64", "float32.backward")
 ZOO_MODES = ("eager", "compile", "generate", "train")
+FIGURES = Figures("real_clients.opinfo_pass_rate[{family}: {group}]", "real_clients.{db}_pass_rate[{family}]",
+                  "real_clients.zoo_modes_ok[{family}]", "real_clients.jax_programs_ok[{family}]",
+                  "real_clients.wall_s[{family}: {part}]",
+                  choices={"group": GROUPS, "db": ("moduleinfo", "optiminfo"), "part": ("suite", "zoo", "jax")})
 
 
 def measure(vendors=VENDORS, full: bool = False) -> dict:
@@ -119,9 +125,37 @@ def write(record: dict) -> None:
     PAGE.write_text(text[:start] + render(record) + text[end:], encoding="utf-8")
 
 
+def _record_figures(record: dict) -> None:
+    """Pass rates (passed / run) and walls of the record, into bench.json."""
+    def rate(name: str, c: dict | None, note: str = "") -> None:
+        if c and c["run"]:
+            FIGURES.record(name, c["passed"] / c["run"], "fraction", note=f"{c['passed']} of {c['run']}{note}")
+    for vendor, suite in record["suite"].items():
+        ops = suite["kinds"].get("ops", {})
+        for g in GROUPS:
+            rate(f"real_clients.opinfo_pass_rate[{vendor}: {g}]", ops.get(g))
+        for db, kind in (("moduleinfo", "modules"), ("optiminfo", "optims")):
+            rate(f"real_clients.{db}_pass_rate[{vendor}]", suite["kinds"].get(kind, {}).get("all"))
+    for vendor, results in record["zoo"].items():
+        modes = [m for r in results for m in r["modes"].values()]
+        if modes:
+            ok = sum(m["ok"] for m in modes)
+            FIGURES.record(f"real_clients.zoo_modes_ok[{vendor}]", ok / len(modes), "fraction",
+                           note=f"{ok} of {len(modes)} (model, mode) runs match the CPU")
+    for vendor, results in record["jax"].items():
+        if results:
+            ok = sum(r["ok"] for r in results)
+            FIGURES.record(f"real_clients.jax_programs_ok[{vendor}]", ok / len(results), "fraction",
+                           note=f"{ok} of {len(results)} programs match jax.jit")
+    for vendor, parts in record["wall_s"].items():
+        for part, seconds in parts.items():
+            FIGURES.record(f"real_clients.wall_s[{vendor}: {part}]", seconds, "s")
+
+
 def main(vendors=VENDORS) -> None:
     full = os.environ.get("FORNAX_BENCH_FULL") == "1"
     record = measure(vendors, full)
+    _record_figures(record)
     console = Console(width=max(Console().width, 140))
     t = Table(title="PyTorch's test databases on fornax (pass rate per family and dtype; "
                     + ("everything)" if full else "deterministic sample)"))

@@ -15,13 +15,27 @@ from rich.table import Table
 
 from fornax.scenarios.llm import simulate_step
 
+from .results import Figures
+
 WALL_TARGET_S = 30.0
+FIGURES = Figures("scale_out.{what}[{vendor} {devices} devices]",
+                  choices={"what": ("wall_s", "compile_s", "simulated_step_s", "straggler_spread_s",
+                                    "compute_s", "communication_s", "exposed_communication_s",
+                                    "ranks_simulated")})
 
 
 def main(vendor: str = "cuda-like", devices: int = 64, nodes: int = 8) -> None:
     t0 = time.perf_counter()
     rep, _, _ = simulate_step(vendor, devices=devices, nodes=nodes)
     wall = time.perf_counter() - t0
+    where = f"{vendor} {devices} devices"
+    FIGURES.record(f"scale_out.wall_s[{where}]", wall, "s", target=WALL_TARGET_S)
+    for what, value in (("compile_s", rep.compile_wall_s), ("simulated_step_s", rep.step_time_s),
+                        ("straggler_spread_s", rep.straggler_spread_s), ("compute_s", rep.compute_s),
+                        ("communication_s", rep.communication_s),
+                        ("exposed_communication_s", rep.exposed_communication_s)):
+        FIGURES.record(f"scale_out.{what}[{where}]", value, "s")
+    FIGURES.record(f"scale_out.ranks_simulated[{where}]", len(rep.ranks), "count")
     table = Table(title=f"Llama-2-70B-like step, every rank simulated: {devices} x h200-like on "
                         f"{nodes} nodes ({vendor}, tp={rep.tp} x dp={rep.dp}); target: < "
                         f"{WALL_TARGET_S:.0f} s wall")
