@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint clean conformance-torch fuzz fuzz-atheris
+.PHONY: run test bench bench-peers lint clean conformance-torch fuzz fuzz-atheris
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ fuzz: $(STAMP)
 fuzz-atheris: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[fuzz]'
 	$(BIN)/python -m fornax.fuzz.atheris_run --runs 20000 --seconds 60
+
+# fornax beside tinygrad's PYTHON device, Triton's interpreter and numba's CUDA simulator
+# (the optional extra bench-peers; a few minutes: the slow emulators get about 60 s a figure)
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[bench-peers]'
+	$(BIN)/python -m benchmarks.peers
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
