@@ -101,3 +101,33 @@ def test_a_new_stack_starts_with_an_empty_cache(family):
     assert current().fast
     ft.use_stack(family)
     assert not current().fast
+
+
+def test_in_place_ops_write_their_tensor_through_the_cache():
+    a, b = torch.randn(6, 8), torch.randn(6, 8)
+    da, db = a.clone().to(DEV), b.to(DEV)
+    ref = a.clone()
+    before = _native_calls("aten::add_.Tensor")
+    for _ in range(4):
+        out = da.add_(db, alpha=0.5)
+        ref.add_(b, alpha=0.5)
+        assert out is da
+    assert torch.equal(da.cpu(), ref)
+    assert _native_calls("aten::add_.Tensor") == before + 4
+    assert any(k[0] is torch.ops.aten.add_.Tensor for k in current().fast)
+    # a transposed destination is not a dense tensor of the result's layout: the full route
+    # computes and copies back, every time, and says so in the same counts
+    t, dt = a.clone().t(), a.clone().to(DEV).t()
+    for _ in range(3):
+        dt.mul_(2.0)
+        t.mul_(2.0)
+    assert torch.equal(dt.cpu(), t)
+
+
+def test_an_in_place_op_on_a_view_writes_through_to_its_base():
+    base = torch.zeros(4, 6)
+    dbase = base.to(DEV)
+    for i in range(3):
+        dbase[1].add_(1.0)          # a contiguous row view with a storage offset
+        base[1].add_(1.0)
+    assert torch.equal(dbase.cpu(), base)

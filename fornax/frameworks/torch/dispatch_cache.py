@@ -69,13 +69,17 @@ def key(op: Any, args: tuple, kwargs: dict) -> tuple | None:
 
 
 class Launch:
-    """A native op's cached launch: allocate its outputs, launch its resident plan."""
+    """A native op's cached launch: allocate its outputs, launch its resident plan.  With
+    ``into``, an in-place op's: the plan of its functional form writes its first argument
+    (a contiguous tensor of the result's shape and dtype, as the key vouches), which the
+    call returns."""
 
-    __slots__ = ("name", "plan", "outs", "structure", "present", "materialize")
+    __slots__ = ("name", "plan", "outs", "structure", "present", "materialize", "into")
 
     def __init__(self, name: str, plan: Any, outs: list, structure: Any, present: tuple,
-                 materialize: Callable[..., int]):
+                 materialize: Callable[..., int], into: bool = False):
         self.name, self.plan, self.structure, self.present = name, plan, structure, present
+        self.into = into
         # per output: (shape, contiguous strides, bytes, dtype), or None (torch returns none)
         self.outs = [None if m is None else
                      (m.shape, T.contiguous_strides(m.shape),
@@ -87,9 +91,19 @@ class Launch:
         if session.deferred:
             hazards.before_use(session, args, kwargs)
         stream = current_runtime_stream(session)
+        if self.into:
+            dest = args[0]
+            temps: list[_Tensor] = []
+            materialize = self.materialize
+            ptrs = [materialize(session, x, temps, stream)
+                    for x in (*args, *kwargs.values()) if isinstance(x, _Tensor)]
+            self.plan(ptrs, [T.address(dest, session)], stream)
+            del temps
+            session.stats.record(self.name, "native")
+            return dest
         outs = [None if m is None else T.empty_contiguous(*m, session, stream) for m in self.outs]
         if self.plan is not None:
-            temps: list[_Tensor] = []
+            temps = []
             materialize = self.materialize
             ptrs = [materialize(session, x, temps, stream)
                     for x in (*args, *kwargs.values()) if isinstance(x, _Tensor)]

@@ -174,7 +174,8 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
                     "reproduces CPU results")
     if info.kind in ("inplace", "out"):
         if info.functional is not None:
-            return _via_functional(session, info, op, args, kwargs)
+            pristine = fast_key if args is given[0] and kwargs is given[1] else None
+            return _via_functional(session, info, op, args, kwargs, pristine)
         return _cpu(session, info, op, args, kwargs, f"no functional form of {info.name}")
     if info.kind == "mutating":
         return _cpu(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
@@ -276,7 +277,7 @@ def _unary(session: Session):
 
 # ---------------------------------------------------------------------------------------------
 # in-place and out= through the functional twin
-def _via_functional(session, info: OpInfo, op, args, kwargs):
+def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
     if info.kind == "out":
         names = [a.name for a in op._schema.arguments]
         outs = [kwargs[a.name] if a.name in kwargs else args[names.index(a.name)]
@@ -302,6 +303,14 @@ def _via_functional(session, info: OpInfo, op, args, kwargs):
         if res is not NotImplemented and all(a is b for a, b in zip(
                 res if isinstance(res, tuple) else (res,), outs)):
             session.stats.record(info.name, "native", f"through {finfo.name}")
+            if fast_key is not None and info.kind == "inplace" and len(outs) == 1 and \
+                    not _checks.per_call(info.name):
+                # an in-place op computed straight into its tensor: later calls like it too
+                entry = session.plans.get(_signature(info.functional, fargs, fkwargs))
+                if isinstance(entry, _Native) and entry.plan is not None and entry.present == (0,):
+                    _cache.install(session, fast_key, _cache.Launch(
+                        info.name, entry.plan, entry.outs, entry.structure, entry.present,
+                        materialize, into=True))
             return outs[0] if info.kind == "inplace" or len(outs) == 1 else tuple(outs)
     if res is NotImplemented:
         res = _dispatch(session, info.functional, fargs, fkwargs)
