@@ -13,6 +13,17 @@ elements are read or written in the same order.
 Large grids run in chunks of instances so that memory stays bounded; there is
 never a Python loop over single instances.
 
+How an instruction is carried out never changes what it reads, writes or counts
+(:attr:`Interpreter.shortcuts`): element indices that form one ascending run are read or
+written as a slice, a load whose offsets are broadcast reads each distinct element once,
+and an index register far larger than what it is computed from (a reduction row's long
+:class:`~.isa.Arange`, a pointwise kernel's ``pid * block + lane``) is held unmade
+(:mod:`.registers`) until an instruction needs its elements: a load or store at one run
+of elements, or a bounds check true in every lane or in a prefix of the lanes, needs
+only its shape and range.
+While a packet runs, committed memory cannot change, so such a load reads its run in
+place (a store copies what it keeps of such a register).
+
 Arithmetic is IEEE without traps, as on a device: ``inf - inf``, ``0 * nan`` in a
 matrix product, a float overflow give NaN or inf in the tile and raise no host
 warning.  Numerics never depend on the path taken: a matrix product is one numpy
@@ -35,7 +46,9 @@ from . import isa
 from .arithmetic import cast, power
 from .counters import Counters
 from .faults import ExecutionError
-from .memory import AddressSpace, Mapping
+from .memory import AddressSpace, ElementIndex, Mapping, capturing
+from .registers import (LAZY_RANGE, Registers, UnmadePrefix, UnmadeRange, UnmadeSum, all_true,
+                        arange, distinct_lanes, run_start, shaped)
 from .tiles import Index, Tile, align, compute_dtype, dtype_name, operand
 
 #: elements of registers a chunk of instances may hold (the largest tile times the instances)
@@ -92,6 +105,15 @@ BINARY: dict[str, Callable[[Tile, Tile], Tile]] = {
 #: the reductions along one tile axis (keeping it, with length 1)
 REDUCE: dict[str, Callable[..., Tile]] = {
     "sum": np.sum, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin}
+#: comparisons of values in [lo, hi] with c: the result when every lane has the same one, else None
+_BOUNDED: dict[str, Callable[[int, int, int], bool | None]] = {
+    "lt": lambda lo, hi, c: True if hi < c else False if lo >= c else None,
+    "le": lambda lo, hi, c: True if hi <= c else False if lo > c else None,
+    "gt": lambda lo, hi, c: True if lo > c else False if hi <= c else None,
+    "ge": lambda lo, hi, c: True if lo >= c else False if hi < c else None,
+}
+#: unsigned integers as wide as an element (its bits, to compare values exactly)
+_BITS: dict[int, type[np.unsignedinteger[Any]]] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: how store_reduce combines contributions to one element
 _COMBINE: dict[str, np.ufunc] = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -128,13 +150,21 @@ class Interpreter:
     ``counting`` False runs instructions without counting them (a replay takes its counts
     from its recording)."""
 
+    #: False runs every instruction the plain way: each register made when its instruction
+    #: runs, each access by index arrays, nothing read in place (what the shortcuts are
+    #: checked against; they change how, never what, an instruction reads and writes)
+    shortcuts = True
+
     def __init__(self, program: isa.Program, space: AddressSpace, args: Args, counters: Counters,
                  ptr_dtype: PointerDtypes, counting: bool = True):
         self.program = program
         self.space = space
         self.args = args
         self.c = counters
-        self.regs: dict[str, Tile] = {}
+        self.regs: dict[str, Tile] = Registers() if self.shortcuts else {}
+        #: loaded registers that view committed memory (a launch's own, while a packet runs)
+        self.borrowed: list[Tile] = []
+        self.borrowing = False
         #: store_reduce contributions per (pointer, function): (byte addresses, values)
         self.pending: dict[tuple[str, str], list[tuple[Index, Tile]]] = {}
         self.ptr_dtype = ptr_dtype
@@ -149,13 +179,20 @@ class Interpreter:
         """Run the whole grid, ``chunk`` instances at a time, then combine the reductions."""
         gx, gy, gz = grid
         total = gx * gy * gz
-        for start in range(0, total, chunk):
-            self.run_chunk(np.arange(start, min(total, start + chunk), dtype=np.int64), grid)
-        self.flush_reductions()
+        # a load may view committed memory only while a packet runs (then memory changes
+        # only when the packet's log commits, after the launch)
+        self.borrowing = self.shortcuts and capturing()
+        try:
+            for start in range(0, total, chunk):
+                self.run_chunk(np.arange(start, min(total, start + chunk), dtype=np.int64), grid)
+            self.flush_reductions()
+        finally:
+            self.borrowing, self.borrowed = False, []
 
     def run_chunk(self, ids: Index, grid: Grid) -> None:
         """Run the program body for the instances ``ids`` (fresh registers)."""
-        self.regs = {}
+        self.regs = Registers() if self.shortcuts else {}
+        self.borrowed = []
         self.run(self.program.body, ids, grid)
 
     def run(self, body: Sequence[object], ids: Index, grid: Grid) -> None:
@@ -198,7 +235,10 @@ class Interpreter:
             coord = (ids % gx, (ids // gx) % gy, ids // (gx * gy))[ins.axis]
             regs[ins.dst] = coord.astype(np.int64)
         elif isinstance(ins, isa.Arange):
-            regs[ins.dst] = np.arange(ins.n, dtype=np.int64)[None, :]
+            if ins.n >= LAZY_RANGE and isinstance(regs, Registers):
+                regs.hold(ins.dst, UnmadeRange(ins.n))
+            else:
+                regs[ins.dst] = arange(ins.n)
         elif isinstance(ins, isa.Const):
             regs[ins.dst] = np.array([ins.value], dtype=isa.np_dtype(ins.dtype))
         elif isinstance(ins, isa.ScalarArg):
@@ -216,6 +256,8 @@ class Interpreter:
             if ins.fn == "tf32":
                 self.tf32.add(ins.dst)
         elif isinstance(ins, isa.Binary):
+            if isinstance(regs, Registers) and self._unmade_binary(ins, regs, n):
+                return
             a, b = align(regs[ins.a], regs[ins.b])
             if a.dtype != b.dtype:
                 self.fail(ins, f"operand dtypes differ ({dtype_name(a)} vs {dtype_name(b)}); "
@@ -233,6 +275,8 @@ class Interpreter:
                 c.add_flops(c.vector_flops, dtype_name(a), y.size * (n if y.shape[0] == 1 else 1))
             regs[ins.dst] = y
         elif isinstance(ins, isa.Where):
+            if isinstance(regs, Registers) and self._prefix_where(ins, regs):
+                return
             cond = regs[ins.cond]
             a, b = align(regs[ins.a], regs[ins.b])
             cond, a = align(cond, a)
@@ -276,6 +320,78 @@ class Interpreter:
         else:  # pragma: no cover - verify() rejects anything else
             self.fail(ins, "unknown instruction")
 
+    def _unmade_binary(self, ins: isa.Binary, regs: Registers, n: int) -> bool:
+        """Run a Binary without making index registers, where its result needs none: an
+        integer ``add`` much larger than its operands is held unmade; a comparison of an
+        unmade register with one value, true (or false) in every lane by its bounds, is
+        that value broadcast, and ``run < c`` (``<= c``) of an unmade run true in only some
+        lanes is an unmade prefix mask.  False when the instruction must run the general way."""
+        fn, unmade = ins.fn, regs.unmade
+        if fn == "add":
+            if ins.a in unmade or ins.b in unmade:
+                return False
+            a, b = align(regs[ins.a], regs[ins.b])
+            held = UnmadeSum.of(a, b)
+            if held is None:
+                return False
+            regs.hold(ins.dst, held)
+            self._count_vector(a, held.shape, n)
+            return True
+        x = regs.described(ins.a)
+        if x is None or fn not in _BOUNDED or ins.b in unmade or x.dtype.kind not in "iu":
+            return False
+        bound = regs[ins.b]
+        if bound.size != 1 or bound.dtype != x.dtype:
+            return False
+        try:
+            dummy, bound = align(shaped(x.shape), bound)
+            shape = np.broadcast_shapes(dummy.shape, bound.shape)
+        except ValueError:
+            return False
+        c = int(bound.reshape(-1)[0])
+        value = _BOUNDED[fn](x.lo, x.hi, c)
+        if value is not None:
+            regs[ins.dst] = np.broadcast_to(np.array(value), shape)
+        else:
+            first = x.run() if fn in ("lt", "le") and shape == x.shape else None
+            if first is None:
+                return False
+            # lanes in order hold first, first + 1, ...: the comparison holds for a prefix
+            regs.hold(ins.dst, UnmadePrefix(shape, c - first + (fn == "le")))
+        self._count_vector(np.empty(0, x.dtype), shape, n)
+        return True
+
+    def _prefix_where(self, ins: isa.Where, regs: Registers) -> bool:
+        """``where(prefix, a, b)`` for an unmade prefix mask (made since or not), ``a`` of its
+        shape and ``b`` one value of ``a``'s dtype: ``a`` with the lanes past the prefix set to
+        ``b``, the same bytes numpy's where gives; ``a`` itself when they hold ``b`` already
+        (a masked load's ``other``: registers are never written in place).  False when the
+        instruction must run the general way."""
+        prefix = regs.described(ins.cond)
+        if not isinstance(prefix, UnmadePrefix):
+            return False
+        a, b = regs[ins.a], regs[ins.b]
+        bits = _BITS.get(a.dtype.itemsize)
+        if (a.shape != prefix.shape or b.size != 1 or a.dtype != b.dtype or bits is None
+                or not a.flags.c_contiguous):
+            return False
+        fill = b.reshape(-1)[:1]
+        tail = a.reshape(-1)[prefix.count:].view(bits)
+        value = fill.view(bits)[0]
+        if tail.min() == value == tail.max():
+            regs[ins.dst] = a
+        else:
+            out = a.copy()
+            out.reshape(-1)[prefix.count:] = fill
+            regs[ins.dst] = out
+        return True
+
+    def _count_vector(self, x: Tile, shape: tuple[int, ...], n: int) -> None:
+        """Count a vector instruction on ``x``'s dtype with a result of ``shape``, as step does."""
+        if self.counting:
+            self.c.add_flops(self.c.vector_flops, dtype_name(x),
+                             math.prod(shape) * (n if shape[0] == 1 else 1))
+
     # -- memory -------------------------------------------------------------------------------
     def touch(self, write: bool, ptr: str, lo: int, hi: int) -> None:
         """Count the byte range [lo, hi) an access of pointer ``ptr`` touched."""
@@ -295,26 +411,160 @@ class Interpreter:
             offsets = np.broadcast_to(offsets, shape)
             mask = mask.astype(bool, copy=False)
             # every lane active: the same access as no mask (the mask still shaped the offsets)
-            mask = None if mask.all() else np.broadcast_to(mask, shape)
+            mask = None if all_true(mask) else np.broadcast_to(mask, shape)
         return offsets, mask, self.ptr_dtype[ins.ptr]
 
     def _direct(self, ptr: str, active: Index, dtype: np.dtype[Any]
-                ) -> tuple[Mapping, Index, int, int] | None:
+                ) -> tuple[Mapping, ElementIndex, int, int] | None:
         """The direct form of an access whose ``active`` element offsets all lie in one
         mapping, with the pointer aligned: (mapping, element indices into it, first byte,
-        end byte).  None otherwise: then the byte addresses go through gather / scatter,
-        which fault, or split the access between mappings, exactly."""
+        end byte); the indices are a slice when ``active`` is one ascending run (the same
+        elements in the same order).  None otherwise: then the byte addresses go through
+        gather / scatter, which fault, or split the access between mappings, exactly."""
         base, isz = int(self.args[ptr]), dtype.itemsize
         if base % isz or active.size == 0:
             return None
-        lo = base + int(active.min()) * isz
-        end = base + int(active.max()) * isz + isz
+        first = run_start(active) if self.shortcuts else None
+        if first is None:
+            low, high = int(active.min()), int(active.max())
+        else:
+            low, high = first, first + active.size - 1
+        lo = base + low * isz
+        end = base + high * isz + isz
         m = self.space.holding(lo, end)
         if m is None:
             return None
-        index = active.astype(np.int64, copy=False)
         delta = (base - m.va) // isz
+        if first is not None:
+            return m, slice(first + delta, first + delta + active.size), lo, end
+        index = active.astype(np.int64, copy=False)
         return m, (index + delta if delta else index), lo, end
+
+    def _borrows(self, values: Tile) -> bool:
+        """Whether ``values`` may view committed memory (a register a load read in place)."""
+        return any(np.may_share_memory(values, b) for b in self.borrowed)
+
+    def loaded_run(self, ins: isa.Load, first: int, shape: tuple[int, ...], count: int,
+                   dtype: np.dtype[Any]) -> None:
+        """A load at unmade offsets read its one run of ``count`` elements from offset
+        ``first``, in the first ``count`` lanes of ``shape`` (the recorder notes the layout)."""
+
+    def stored_run(self, ins: isa.Store, first: int, shape: tuple[int, ...], count: int,
+                   vshape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+        """A store at unmade offsets wrote its one run of elements (see :meth:`loaded_run`;
+        ``vshape``: its value register's shape as the store aligned it)."""
+
+    def _unmade_run(self, ins: isa.Load | isa.Store
+                    ) -> tuple[int, tuple[int, ...], tuple[int, ...], int] | None:
+        """For a load or store whose offsets are an unmade register that is one ascending run
+        of elements, no lane repeated by broadcasting, and every lane active or the active
+        ones a prefix (an unmade bounds mask): (the run's first offset, the lane shape, a
+        store's value shape as the store aligns it, else the lane shape, how many lanes are
+        active).  None otherwise: then the general path makes the offsets."""
+        regs = self.regs
+        if not isinstance(regs, Registers):
+            return None
+        unmade = regs.described(ins.offsets)
+        if unmade is None:
+            return None
+        offsets = shaped(unmade.shape)
+        vshape = offsets.shape
+        count = unmade.size
+        try:
+            if ins.mask is not None:        # aligned as _offsets aligns them
+                prefix = regs.described(ins.mask)
+                if isinstance(prefix, UnmadePrefix):
+                    offsets, mask = align(offsets, shaped(prefix.shape))
+                    count = prefix.count
+                else:
+                    offsets, mask = align(offsets, regs[ins.mask])
+                    if not all_true(mask.astype(bool, copy=False)):
+                        return None
+                if np.broadcast_shapes(offsets.shape, mask.shape) != offsets.shape:
+                    return None
+                if count < unmade.size and mask.shape != offsets.shape:
+                    return None
+            if isinstance(ins, isa.Store):  # aligned as store_operands aligns them
+                offsets, value = align(offsets, regs[ins.value])
+                vshape = value.shape
+                if np.broadcast_shapes(offsets.shape, vshape) != offsets.shape:
+                    return None
+                if count < unmade.size and len(vshape) != len(unmade.shape):
+                    return None             # (the mask would be aligned to the value anew)
+        except ValueError:                  # shapes that do not broadcast: the general path says so
+            return None
+        first = unmade.run()
+        if first is None:
+            return None
+        return first, offsets.shape, vshape, count
+
+    def _run_mapping(self, ptr: str, first: int, count: int, dtype: np.dtype[Any]
+                     ) -> tuple[Mapping, int, int, int] | None:
+        """(mapping, index of the run's first element in it, first byte, end byte) of a run of
+        ``count`` elements from offset ``first`` of pointer ``ptr``, when one mapping holds it
+        all and the pointer is aligned; else None."""
+        base, isz = int(self.args[ptr]), dtype.itemsize
+        if base % isz:
+            return None
+        lo = base + first * isz
+        end = lo + count * isz
+        m = self.space.holding(lo, end)
+        if m is None:
+            return None
+        return m, (lo - m.va) // isz, lo, end
+
+    def _load_run(self, ins: isa.Load, n: int, first: int, shape: tuple[int, ...], count: int
+                  ) -> Tile | None:
+        """A load of one run of elements (see :meth:`_unmade_run`): a slice of the mapping
+        holding it, in the first ``count`` lanes (the rest hold the load's ``other``); with
+        every lane active and a packet running it is read in place (committed memory cannot
+        change before the launch ends).  None when the run is not in one mapping (the
+        general path then faults or splits it exactly)."""
+        dtype = self.ptr_dtype[ins.ptr]
+        at = self._run_mapping(ins.ptr, first, count, dtype)
+        if at is None:
+            return None
+        m, start, lo, end = at
+        self.loaded_run(ins, first, shape, count, dtype)
+        run = self.space.elements(m, dtype)[start: start + count]
+        values: Tile
+        if count < math.prod(shape):
+            values = np.full(shape, ins.other, dtype=dtype)
+            values.reshape(-1)[:count] = run
+        elif self.borrowing:
+            values = run.reshape(shape).view()
+            values.flags.writeable = False
+            self.borrowed.append(values)
+        else:
+            values = run.reshape(shape).copy()
+        if self.counting:
+            self.touch(False, ins.ptr, lo, end)
+            self.c.bytes_read += count * dtype.itemsize * (n if shape[0] == 1 else 1)
+        return values
+
+    def _store_run(self, ins: isa.Store, first: int, shape: tuple[int, ...], vshape: tuple[int, ...],
+                   count: int) -> bool:
+        """A store of one run of elements from its first ``count`` lanes (see
+        :meth:`_unmade_run`) as a slice of the mapping holding it; False when the run is
+        not in one mapping (the general path then faults or splits it exactly)."""
+        dtype = self.ptr_dtype[ins.ptr]
+        at = self._run_mapping(ins.ptr, first, count, dtype)
+        if at is None:
+            return False
+        m, start, lo, end = at
+        _, value = align(shaped(shape), self.regs[ins.value])
+        values = np.ascontiguousarray(np.broadcast_to(cast(value, dtype), shape)).ravel()
+        if count < values.size:
+            values = values[:count]
+        self.stored_run(ins, first, shape, count, vshape, dtype)
+        # registers are never written in place, so a deferred write may keep ``values``
+        # (unless they view committed memory, which a later commit may change)
+        self.space.store_elements(m, dtype, slice(start, start + count), values,
+                                  owned=not self._borrows(values))
+        if self.counting:
+            self.c.bytes_written += count * dtype.itemsize
+            self.touch(True, ins.ptr, lo, end)
+        return True
 
     def _byte_addresses(self, ptr: str, offsets: Index, dtype: np.dtype[Any]) -> Index:
         return int(self.args[ptr]) + offsets.astype(np.int64) * dtype.itemsize
@@ -325,12 +575,25 @@ class Interpreter:
         return offsets, mask, (offsets if mask is None else offsets[mask]), dtype
 
     def load(self, ins: isa.Load, n: int) -> Tile:
+        run = self._unmade_run(ins)
+        if run is not None:
+            loaded = self._load_run(ins, n, run[0], run[1], run[3])
+            if loaded is not None:
+                return loaded
         offsets, mask, active, dtype = self.load_operands(ins)
         isz = dtype.itemsize
-        direct = self._direct(ins.ptr, active, dtype)
+        # a broadcast index reads each element once
+        lanes = distinct_lanes(active) if self.shortcuts else active
+        direct = self._direct(ins.ptr, lanes, dtype)
         if direct is not None:
             m, index, lo, end = direct
-            got = self.space.elements(m, dtype)[index]
+            elements = self.space.elements(m, dtype)
+            if isinstance(index, slice):
+                got = np.broadcast_to(elements[index].reshape(lanes.shape), active.shape).copy()
+            elif lanes is active:
+                got = elements[index]
+            else:
+                got = np.broadcast_to(elements[index], active.shape).copy()
             if mask is None:
                 values = got
             else:
@@ -338,7 +601,7 @@ class Interpreter:
                 values[mask] = got
             if self.counting:
                 self.touch(False, ins.ptr, lo, end)
-                self.c.bytes_read += index.size * isz * (n if offsets.shape[0] == 1 else 1)
+                self.c.bytes_read += active.size * isz * (n if offsets.shape[0] == 1 else 1)
             return values
         addrs = self._byte_addresses(ins.ptr, offsets, dtype)
         if mask is None:
@@ -378,15 +641,19 @@ class Interpreter:
         return offsets, np.ascontiguousarray(value).ravel(), dtype, shape, mask, vshape
 
     def store(self, ins: isa.Store) -> None:
+        run = self._unmade_run(ins)
+        if run is not None and self._store_run(ins, *run):
+            return
         offsets, values, dtype, *_ = self.store_operands(ins)
         isz = dtype.itemsize
         direct = self._direct(ins.ptr, offsets, dtype)
         if direct is not None:
             m, index, lo, end = direct
             # registers are never written in place, so a deferred write may keep ``values``
-            self.space.store_elements(m, dtype, index, values, owned=True)
+            # (unless they view committed memory, which a later commit may change)
+            self.space.store_elements(m, dtype, index, values, owned=not self._borrows(values))
             if self.counting:
-                self.c.bytes_written += index.size * isz
+                self.c.bytes_written += offsets.size * isz
                 self.touch(True, ins.ptr, lo, end)
             return
         addrs = self._byte_addresses(ins.ptr, offsets, dtype)

@@ -96,6 +96,9 @@ class Lanes:
         if active.size == 0:
             return None
         isz = dtype.itemsize
+        uniform = cls._uniform(ptr, active, shape, mask, dtype, vshape, store)
+        if uniform is not None:
+            return uniform
         index = np.array(active, dtype=np.int64).ravel()
         lo, hi = int(index.min()), int(index.max())
         if lo < -(1 << 59) or hi >= 1 << 59:
@@ -103,7 +106,8 @@ class Lanes:
             index = index * isz // isz
             lo, hi = int(index.min()), int(index.max())
         start, count = int(index[0]), int(index.size)
-        run = count == int(index[-1]) - start + 1 and (count == 1 or bool((np.diff(index) == 1).all()))
+        # strictly ascending over a span of count - 1: every step is 1 (no temporary of int64s)
+        run = count == int(index[-1]) - start + 1 and (count == 1 or bool((index[1:] > index[:-1]).all()))
         box: Box | None = None
         kept: Index | None = None
         if not run:
@@ -114,6 +118,22 @@ class Lanes:
                 kept = frozen(index)
         active_mask = None if mask is None or mask.all() else frozen(np.array(mask, dtype=bool))
         return cls(ptr, dtype, shape, active_mask, lo * isz, hi * isz, start, count, kept, box, vshape)
+
+    @classmethod
+    def _uniform(cls, ptr: str, active: Index, shape: tuple[int, ...], mask: npt.NDArray[np.bool_] | None,
+                 dtype: np.dtype[Any], vshape: tuple[int, ...] | None, store: bool) -> Lanes | None:
+        """The layout of a load whose every active lane reads one element (its offsets
+        broadcast from one value): what :meth:`of` finds, a box of stride 0, without making
+        the index; None for anything else."""
+        if store or active.size < 2 or any(active.strides):
+            return None
+        value = int(active.flat[0])
+        if not -(1 << 59) <= value < 1 << 59:
+            return None
+        isz, count = dtype.itemsize, int(active.size)
+        active_mask = None if mask is None or mask.all() else frozen(np.array(mask, dtype=bool))
+        return cls(ptr, dtype, shape, active_mask, value * isz, value * isz, value, count, None,
+                   ((count,), (0,)), vshape)
 
     def nbytes(self) -> int:
         """The bytes of the arrays this layout holds (its mask and index)."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import bisect
 import enum
+import mmap
+import sys
 from collections.abc import Callable, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,12 @@ def end_capture() -> None:
     _capture = None
 
 
+def capturing() -> bool:
+    """Whether a packet is running now: memory changes only when its log commits, so what
+    committed memory holds stays as it is until the packet's work returns."""
+    return _capture is not None
+
+
 def defer(fn: Callable[..., None], *args: Any) -> None:
     """Apply ``fn(*args)`` now, or at commit time when a packet is running."""
     if _capture is None:
@@ -77,16 +85,84 @@ def defer(fn: Callable[..., None], *args: Any) -> None:
 
 
 def _store_bytes(mapping: "Mapping", off: int, raw: np.ndarray) -> None:
-    mapping.buffer[off: off + raw.size] = raw
+    buffer = mapping.buffer
+    _populate(mapping, off, raw.size)
+    buffer[off: off + raw.size] = raw
 
 
 def _store_elements(mapping: "Mapping", dtype: np.dtype[Any], index: ElementIndex,
                     values: npt.NDArray[Any]) -> None:
-    AddressSpace.elements(mapping, dtype)[index] = values
+    elements = AddressSpace.elements(mapping, dtype)
+    if isinstance(index, slice) and mapping._fresh > 0:
+        start, stop, step = index.indices(elements.size)
+        if step == 1 and stop > start:
+            _populate(mapping, start * dtype.itemsize, (stop - start) * dtype.itemsize)
+    elements[index] = values
+
+
+#: a deferred write of at least this many elements that repeats one value keeps the value once
+_REPEATED = 1 << 16
+#: unsigned integers as wide as an element: the dtypes whose repeated values are found by bits
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _compact(index: ElementIndex, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` as a deferred write to the run of elements ``index`` keeps them: a write that
+    repeats one value bit for bit (a fill) keeps that one element, broadcast at commit (the
+    same bytes land); anything else as it is."""
+    if not isinstance(index, slice) or values.ndim != 1 or values.size < _REPEATED:
+        return values
+    bits = _BITS.get(values.dtype.itemsize)
+    if bits is None or not values.flags.c_contiguous:
+        return values
+    raw = values.view(bits)
+    first = raw[0]
+    if raw[-1] != first or raw[raw.size // 2] != first or raw.min() != raw.max():
+        return values                  # (min and max: no temporary as large as the write)
+    return values[:1].copy()
 
 
 def _store_box(mapping: "Mapping", dtype: np.dtype[Any], box: Box, values: np.ndarray) -> None:
     AddressSpace.box(mapping, dtype, box)[...] = values
+
+
+#: a backing buffer this large or larger is its own anonymous mapping of host memory
+_OWN_PAGES = 4 << 20
+
+
+#: madvise's MADV_POPULATE_WRITE (Linux 5.14 and later): make a range of pages resident at once
+_POPULATE_WRITE: int | None = getattr(mmap, "MADV_POPULATE_WRITE",
+                                      23 if sys.platform.startswith("linux") else None)
+#: a write of this many bytes or more into pages not yet resident makes them resident first
+_POPULATE_MIN = 8 << 20
+
+
+def _zeroed(nbytes: int) -> tuple[np.ndarray, mmap.mmap | None]:
+    """``nbytes`` of zeroed host memory backing a mapping, and the anonymous mapping of host
+    pages it is when it has one of its own; its pages become resident as they are first
+    written.  A large buffer is such a private mapping, without the transparent-huge-page
+    hint numpy gives large arrays: on a virtual machine that hands free memory back to its
+    host, first touches of huge pages are several times slower than of small ones."""
+    if nbytes < _OWN_PAGES or not hasattr(mmap, "MAP_PRIVATE"):
+        return np.zeros(nbytes, dtype=np.uint8), None
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(pages, dtype=np.uint8), pages
+
+
+def _populate(mapping: "Mapping", off: int, nbytes: int) -> None:
+    """Before a write of ``nbytes`` at ``off`` into ``mapping``'s own host pages while some
+    may not be resident yet: make them resident in one call (one fault per page costs more,
+    much more on a virtual machine).  Only a hint: the write itself is what it always is."""
+    pages = mapping._pages
+    if pages is None or nbytes < _POPULATE_MIN or mapping._fresh <= 0 or _POPULATE_WRITE is None:
+        return
+    start = off - off % mmap.PAGESIZE
+    try:
+        pages.madvise(_POPULATE_WRITE, start, min(off + nbytes, len(pages)) - start)
+    except (OSError, ValueError):
+        mapping._fresh = 0          # not supported here: leave it to first touches
+        return
+    mapping._fresh -= nbytes
 
 
 class MemoryKind(enum.Enum):
@@ -107,6 +183,9 @@ class Mapping:
     meta: bool = False   # shape-only mode: accounted and page-checked, never backed by data
     #: the backing buffer viewed as elements of each dtype asked for (the executor's replay path)
     _views: dict[np.dtype[Any], npt.NDArray[Any]] = field(default_factory=dict, init=False, repr=False)
+    #: the host pages of a large backing buffer, and how many of its bytes may not be resident yet
+    _pages: mmap.mmap | None = field(default=None, init=False, repr=False)
+    _fresh: int = field(default=0, init=False, repr=False)
 
     @property
     def end(self) -> int:
@@ -118,7 +197,8 @@ class Mapping:
             raise ExecutionError(f"{self.describe()} belongs to a shape-only (meta) device and "
                                  "holds no data; run without meta mode to read or write values")
         if self._buffer is None:
-            self._buffer = np.zeros(self.span, dtype=np.uint8)
+            self._buffer, self._pages = _zeroed(self.span)
+            self._fresh = self.span if self._pages is not None else 0
         return self._buffer
 
     @property
@@ -321,14 +401,17 @@ class AddressSpace:
         mapping, off = self.resolve(address, nbytes, "read")
         return mapping.buffer[off: off + nbytes].tobytes()
 
-    def write(self, address: int, data: bytes | bytearray | memoryview | npt.NDArray[Any]) -> None:
+    def write(self, address: int, data: bytes | bytearray | memoryview | npt.NDArray[Any],
+              owned: bool = False) -> None:
+        """Write ``data``'s bytes at ``address`` (deferred while a packet runs).  ``owned``: the
+        caller never changes ``data`` again, so a deferred write keeps it instead of a copy."""
         view = data.data if isinstance(data, np.ndarray) else memoryview(data)   # the same view
         raw = np.frombuffer(view.cast("B"), dtype=np.uint8)
         mapping, off = self.resolve(address, raw.size, "write")
         if _capture is None:
-            mapping.buffer[off: off + raw.size] = raw
+            _store_bytes(mapping, off, raw)
         else:
-            _capture.effects.append((_store_bytes, (mapping, off, raw.copy())))
+            _capture.effects.append((_store_bytes, (mapping, off, raw if owned else raw.copy())))
 
     def _element_view(self, addresses: np.ndarray, dtype: np.dtype[Any], access: str
                       ) -> list[tuple[npt.NDArray[np.bool_] | None, Mapping, npt.NDArray[Any]]]:
@@ -396,8 +479,10 @@ class AddressSpace:
         deferred like :meth:`scatter` while a packet runs (``owned``: the caller never
         changes ``values`` again, so a deferred write need not copy them)."""
         if _capture is not None:
-            _capture.effects.append((_store_elements, (mapping, dtype, index,
-                                                       values if owned else np.array(values, copy=True))))
+            kept = _compact(index, values)
+            if kept is values and not owned:
+                kept = np.array(values, copy=True)
+            _capture.effects.append((_store_elements, (mapping, dtype, index, kept)))
         else:
             _store_elements(mapping, dtype, index, values)
 

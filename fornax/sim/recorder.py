@@ -12,17 +12,19 @@ byte limit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
 from . import isa
 from .counters import Counters
 from .interpreter import (Args, Grid, Interpreter, LoadOperands, PointerDtypes, StoreOperands)
-from .lanes import Lanes
+from .lanes import Lanes, frozen
 from .memory import AddressSpace
+from .registers import Registers, UnmadePrefix
 from .tiles import LOW_PRECISION, Index, Tile, dtype_name
 
 #: tape marks: a binary / unary whose operands need no alignment and no compute-dtype widening;
@@ -87,6 +89,9 @@ class Recorder:
         self.dynamic_now = False    # whether the instruction running now is one
         #: (written?, pointer) -> the byte range the static accesses touch, relative to the pointer
         self.static_ranges: dict[tuple[bool, str], tuple[int, int]] = {}
+        #: static registers the running load or store reads that are not made yet (see
+        #: :mod:`.registers`): bound only if its layout is not kept (a layout replaces offsets)
+        self.unmade: list[str] = []
 
     def start_chunk(self) -> None:
         self.static, self.tape = set(), []
@@ -122,7 +127,9 @@ class Recorder:
             if ins.mask is not None and ins.mask not in static:
                 self.give_up()              # a data-dependent mask changes what is counted
                 return False
-        statics = {r: regs[r] for r in reads if r in static}
+        unmade = regs.unmade if t in _MEMORY and isinstance(regs, Registers) else {}
+        statics = {r: regs[r] for r in reads if r in static and r not in unmade}
+        self.unmade = [r for r in reads if r in static and r in unmade]
         self.tape.append(TapeEntry(ins, statics, DYNAMIC if self.dynamic_now else _plain(ins, regs)))
         if t not in _MEMORY:                # a load or store is accounted once its layout is known
             self._hold_statics(statics)
@@ -143,7 +150,7 @@ class Recorder:
                 held += root.nbytes
         self._hold(held)
 
-    def after(self, ins: object, static: bool, lanes: Lanes | None) -> None:
+    def after(self, ins: object, static: bool, lanes: Lanes | None, regs: dict[str, Tile]) -> None:
         dst = getattr(ins, "dst", None)
         if dst is not None:
             if static:
@@ -155,13 +162,29 @@ class Recorder:
             statics = entry.statics
             if self.dynamic_now:            # its layout was data: it is replayed the general way
                 lanes, self.dynamic_now = None, False
+            dropped: set[str] = set()
             if lanes is not None:
                 # the replayed access goes by its layout: its address registers need not be kept
                 entry.how = lanes
                 for r in (ins.offsets, ins.mask):
                     if r is not None and r != getattr(ins, "value", None):
                         statics.pop(r, None)
+                        dropped.add(r)
+            for r in self.unmade:
+                if r not in dropped:
+                    statics[r] = regs[r]
+            self.unmade = []
             self._hold_statics(statics, 0 if lanes is None else lanes.nbytes())
+
+
+def _run_lanes(ptr: str, first: int, shape: tuple[int, ...], count: int, dtype: np.dtype[Any],
+               vshape: tuple[int, ...] | None) -> Lanes:
+    """The layout :meth:`Lanes.of` finds for the first ``count`` lanes of ``shape`` active
+    (all of them, or a prefix) at the ascending run of element offsets from ``first``."""
+    isz = dtype.itemsize
+    mask = None if count == math.prod(shape) else frozen(UnmadePrefix(shape, count).make())
+    return Lanes(ptr, dtype, shape, mask, first * isz, (first + count - 1) * isz, first, count,
+                 None, None, vshape)
 
 
 class RecordingInterpreter(Interpreter):
@@ -191,7 +214,7 @@ class RecordingInterpreter(Interpreter):
             static = rec.before(ins, self.regs)
             self.step(ins, ids, n, grid)
             if rec.ok:
-                rec.after(ins, static, self.lanes)
+                rec.after(ins, static, self.lanes, self.regs)
             self.lanes = None
 
     def loop_bound(self, ins: isa.Loop) -> int:
@@ -213,6 +236,16 @@ class RecordingInterpreter(Interpreter):
         if self._recording():
             base = int(self.args[ptr])
             self.rec.touched(write, ptr, lo - base, hi - base)
+
+    def loaded_run(self, ins: isa.Load, first: int, shape: tuple[int, ...], count: int,
+                   dtype: np.dtype[Any]) -> None:
+        if self._recording():       # what Lanes.of finds for these offsets: one run
+            self.lanes = _run_lanes(ins.ptr, first, shape, count, dtype, None)
+
+    def stored_run(self, ins: isa.Store, first: int, shape: tuple[int, ...], count: int,
+                   vshape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+        if self._recording():
+            self.lanes = _run_lanes(ins.ptr, first, shape, count, dtype, vshape)
 
     def load_operands(self, ins: isa.Load) -> LoadOperands:
         operands = super().load_operands(ins)

@@ -240,8 +240,10 @@ def write(t: torch.Tensor, src: torch.Tensor) -> None:
             data = torch.from_numpy(raw).view(t.dtype)
             data.as_strided(tuple(t.shape), tuple(t.stride())).copy_(src)
         host = _as_numpy(data)
-        session.runtime.memcpy_h2d(addr, host.view(np.uint8), stream)
-        session.runtime.stream_synchronize(stream)    # the host buffer may go away after we return
+        # ``held``: nothing touches ``host`` before the wait below, so the copy reads it in
+        # place (no staging copy); the host buffer may go away after we return
+        session.runtime.memcpy_h2d(addr, host.view(np.uint8), stream, held=True)
+        session.runtime.stream_synchronize(stream)
 
 
 def _as_numpy(t: torch.Tensor) -> np.ndarray:

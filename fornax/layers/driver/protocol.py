@@ -118,9 +118,11 @@ class Queue(Protocol):
         (one to three work-group counts; missing ones are 1) with ``args`` by parameter name.
         Raises on an unloaded module, unknown kernel, grid beyond the device's limits, or
         a missing argument."""
-    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0) -> None:
-        """Copy the host array ``src`` to ``dst`` (its bytes are staged at the call);
-        ``host_rate`` is the share of the host link the host side sustains (1 for pinned)."""
+    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0, held: bool = False) -> None:
+        """Copy the host array ``src`` to ``dst`` (its bytes are staged at the call, unless
+        ``held``: the caller keeps ``src`` unchanged until it has waited for the copy, which
+        then reads ``src`` itself); ``host_rate`` is the share of the host link the host side
+        sustains (1 for pinned)."""
     def copy_d2h(self, dst: HostArray, src: int, host_rate: float = 1.0) -> None:
         """Copy ``dst.nbytes`` bytes at ``src`` into the writable contiguous host array
         ``dst``, which fills when the copy completes.  On a shape-only device the host

@@ -25,6 +25,17 @@ from .protocol import Context, HostArray, KernelArgs, Marker, Module
 #: a packet's functional effect: runs when the packet executes, returns its duration (s)
 Work = Callable[[], float]
 
+_NO_BYTES = np.empty(0, dtype=np.uint8)
+
+
+def _host_bytes(src: np.ndarray, held: bool) -> np.ndarray:
+    """The bytes of ``src`` in C order, flat: ``src`` itself where it is C-contiguous and
+    ``held`` (the caller keeps it unchanged until the copy is done), else a copy taken now."""
+    data = np.ascontiguousarray(src)
+    if not held and np.may_share_memory(data, src):
+        data = data.copy()
+    return data.reshape(-1).view(np.uint8)
+
 
 class QueueBase:
     """Shared queue policy: validation, completion tracking, host waits.
@@ -182,18 +193,22 @@ class QueueBase:
                                    f"outside device memory: {exc.detail}", call=call,
                                    address=int(address)) from None
 
-    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0) -> None:
+    def copy_h2d(self, dst: int, src: HostArray, host_rate: float = 1.0, held: bool = False) -> None:
         """``host_rate``: share of the host link's bandwidth the host side sustains (1 for
-        pinned memory; below 1 for pageable memory staged through a bounce buffer)."""
+        pinned memory; below 1 for pageable memory staged through a bounce buffer).
+        ``held``: the caller keeps ``src`` unchanged (and alive) until the copy has completed
+        and been waited for, so the copy reads ``src`` itself when it runs instead of a
+        staging copy taken now; the bytes that land are the same."""
         d = self.driver
         d.check(self.ctx, "copy_h2d")
         meta = self.device.meta            # shape-only: priced and counted, no bytes move
         if not meta and not isinstance(src, np.ndarray):
             raise d.fail("invalid_value", f"the host source must be a numpy array, got "
                          f"{type(src).__name__}", call="copy_h2d")
-        # staged at submit, as pageable memory is (only a shape-only device takes a shape)
-        data = np.ascontiguousarray(src).tobytes() if isinstance(src, np.ndarray) and not meta else b""
-        size = int(src.nbytes) if meta else len(data)
+        # staged at submit, as pageable memory is (only a shape-only device takes a shape): one
+        # copy of the bytes, in C order, which the deferred write keeps until it lands
+        data = _host_bytes(src, held) if isinstance(src, np.ndarray) and not meta else _NO_BYTES
+        size = int(src.nbytes) if meta else int(data.size)
         self._check_range(dst, size, "copy_h2d")
         d.counts["copies"] += 1
         d.counts["h2d_bytes"] += size
@@ -203,7 +218,7 @@ class QueueBase:
             duration = device.copy_duration(size, "h2d")     # first: a fault stops the copy
             duration += (1.0 / host_rate - 1.0) * size / device.spec.host_link_bandwidth
             if not meta:
-                space.write(int(dst), data)
+                space.write(int(dst), data, owned=True)
             device.timeline.annotate(writes=[(int(dst), int(dst) + size, "dst")],
                                      bytes=size, direction="h2d")
             return duration
@@ -248,8 +263,8 @@ class QueueBase:
 
         def work() -> float:
             duration = device.copy_duration(nbytes, "d2d")
-            if not device.meta:
-                space.write(int(dst), space.read(int(src), nbytes))
+            if not device.meta:          # the bytes read are a copy of their own: the write keeps it
+                space.write(int(dst), space.read(int(src), nbytes), owned=True)
             device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
                                      writes=[(int(dst), int(dst) + nbytes, "dst")],
                                      bytes=nbytes, direction="d2d")
@@ -288,7 +303,7 @@ class QueueBase:
         def work() -> float:
             duration = device.peer_copy_duration(nbytes, b)     # first: a fault stops the copy
             if not device.meta:                                 # shape-only: priced, no bytes move
-                dst_space.write(int(dst), src_space.read(int(src), nbytes))
+                dst_space.write(int(dst), src_space.read(int(src), nbytes), owned=True)
             device.timeline.annotate(reads=[(int(src), int(src) + nbytes, "src")],
                                      writes=[(int(dst), int(dst) + nbytes, "dst")],
                                      bytes=nbytes, direction=f"peer {a}->{b}")

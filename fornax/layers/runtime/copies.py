@@ -19,14 +19,16 @@ class RuntimeCopies(GraphCapture):
     """The runtime's copies."""
 
     def memcpy_h2d(self, dst: int, src: HostArray, stream: Stream | None = None,
-                   depends_on: Iterable[Event] = ()) -> Event:
-        """Asynchronous host-to-device copy (cudaMemcpyAsync and kin); returns its event."""
+                   depends_on: Iterable[Event] = (), held: bool = False) -> Event:
+        """Asynchronous host-to-device copy (cudaMemcpyAsync and kin); returns its event.
+        ``held``: the caller keeps ``src`` unchanged until it has waited for the copy, so
+        the copy reads ``src`` when it runs instead of staging a copy of it now."""
         s = self._stream(stream)
         self.counts["h2d_copies"] += 1
         if s.capture is not None:
             return self._capture_node(s, ("h2d", dst, src))
         q = self._before(s, depends_on)
-        q.copy_h2d(dst, src, host_rate=self._host_rate(src))
+        q.copy_h2d(dst, src, host_rate=self._host_rate(src), held=held)
         ev = self._after(s, q)
         self._record_host_use(src, ev)
         self._maybe_block("memcpy_h2d")

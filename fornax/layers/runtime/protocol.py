@@ -79,8 +79,10 @@ class Runtime(Protocol):
         """The synchronous copy between a host array and a device address (the direction
         follows the arguments); when it returns is the family's ``[runtime.sync_copy]`` rule."""
     def memcpy_h2d(self, dst: int, src: HostArray, stream: Stream | None = None,
-                   depends_on: Iterable[Event] = ()) -> Event:
-        """Asynchronous copy of ``src`` to ``dst`` after ``depends_on``; its event."""
+                   depends_on: Iterable[Event] = (), held: bool = False) -> Event:
+        """Asynchronous copy of ``src`` to ``dst`` after ``depends_on``; its event.  Its bytes
+        are staged at the call unless ``held``: the caller keeps ``src`` unchanged until it
+        has waited for the copy (then the copy reads ``src`` itself when it runs)."""
     def memcpy_d2h(self, dst: HostArray, src: int, stream: Stream | None = None,
                    blocking: bool = True, depends_on: Iterable[Event] = ()) -> Event:
         """Copy ``dst.nbytes`` at ``src`` into ``dst``; ``blocking`` waits for the stream.

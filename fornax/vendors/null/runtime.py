@@ -45,7 +45,7 @@ class NullRuntime:
     def memcpy(self, dst, src, stream=None):
         raise not_implemented("runtime.memcpy")
 
-    def memcpy_h2d(self, dst, src, stream=None, depends_on=()):
+    def memcpy_h2d(self, dst, src, stream=None, depends_on=(), held=False):
         raise not_implemented("runtime.memcpy_h2d")
 
     def memcpy_d2h(self, dst, src, stream=None, blocking=True, depends_on=()):
