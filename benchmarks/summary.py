@@ -93,9 +93,12 @@ def provenance(doc: dict[str, Any]) -> str:
     took = f", {m['wall_s'] / 60:.0f} min" if "wall_s" in m else ""
     if m.get("load_average"):
         took += f", load average {m['load_average'][0]:g} at the end"
-    line = (f"Figures from one run of `{m.get('command', 'python -m benchmarks')}` on a {cpus}-core machine "
+    command = m.get("command", "python -m benchmarks")
+    words = command.split()
+    source = words[words.index("--json") + 1] if "--json" in words[:-1] else "bench.json"
+    line = (f"Figures from one run of `{command}` on a {cpus}-core machine "
             f"({m['date'][:10]}{took}; Python {m['python']}, {versions}), rendered by "
-            f"`python -m benchmarks.summary bench.json --write-readme`.")
+            f"`python -m benchmarks.summary {source} --write-readme`.")
     targets = [f for f in doc["figures"] if "target" in f]
     line += f" {sum(f['met'] for f in targets)} of {len(targets)} targets met."
     skipped = [f"{s['module']} ({s['reason']})" for s in m.get("skipped", [])]
