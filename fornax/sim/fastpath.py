@@ -85,6 +85,13 @@ def _store(space: AddressSpace, base: int, dtype: np.dtype[Any], values: np.ndar
                     np.ascontiguousarray(cast(values, dtype)))
 
 
+def _span(base: int, dtype: np.dtype[Any], shape: tuple[int, ...], strides: tuple[int, ...]
+          ) -> tuple[int, int]:
+    """The device bytes ``[lo, hi)`` a view of elements at ``base`` spans."""
+    last = sum((d - 1) * s for d, s in zip(shape, strides))
+    return base, base + (last + 1) * dtype.itemsize
+
+
 # -- arithmetic as the interpreter's instructions do it ------------------------------------------
 def _binary(fn: str, a: Tile, b: Tile) -> Tile:
     y = BINARY[fn](compute_dtype(a), compute_dtype(b))
@@ -157,6 +164,11 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     b_shape, b_strides = ((batch, n, k), (sb, k, 1)) if fast["trans_b"] else ((batch, k, n), (sb, n, 1))
     _, a_view = _view(space, int(args["a"]), da, a_shape, a_strides)
     _, b_view = _view(space, int(args["b"]), db, b_shape, b_strides)
+    c_lo, c_hi = _span(int(args["c"]), ptr_dtype["c"], (gz if split > 1 else batch, m, n),
+                       (m * n if split > 1 else sc, n, 1))
+    for lo, hi in (_span(int(args["a"]), da, a_shape, a_strides), _span(int(args["b"]), db, b_shape, b_strides)):
+        if c_lo < hi and lo < c_hi:
+            raise _Decline              # the output overlaps an operand: the tape keeps chunk order
     a_mat = a_view.transpose(0, 2, 1) if fast["trans_a"] else a_view       # batch x m x k
     b_mat = b_view.transpose(0, 2, 1) if fast["trans_b"] else b_view       # batch x k x n
     # every instance's tiles, as its masked loads give them (masked lanes hold 0), one row

@@ -138,3 +138,25 @@ def test_describe_refuses_an_unknown_kind_or_a_missing_field():
         fastpath.describe("gemm", acc="float32")
     meta = blas.gemm_program("g", blas.GemmVariant("float32", "float32", (16, 16, 16)), 64).meta
     assert meta["fast"]["kind"] == "gemm" and isa.np_dtype(meta["fast"]["acc"]) == np.float32
+
+
+def test_an_output_overlapping_an_operand_replays_the_tape():
+    """C written over A: the tape keeps the interpreter's chunk order, so the fast path
+    declines and both agree."""
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16))
+    main = blas.gemm_program("g", v, 64)
+    grid, _ = blas.grids(v, 20, 20, 1)
+
+    def run(cache):
+        outs = []
+        for t in range(LAUNCHES):
+            sp = Space()
+            rng = np.random.default_rng(t)
+            a = sp.put(rng.standard_normal((20, 20)).astype(np.float32))
+            args = {"a": a, "b": sp.put(rng.standard_normal((20, 20)).astype(np.float32)), "c": a,
+                    "m": 20, "n": 20, "k": 20, "sa": 0, "sb": 0, "sc": 0, "alpha": 1.0}
+            execute(main, grid, args, sp.space, cache)
+            outs.append(sp.get(a, 400, np.float32).tobytes())
+        return outs
+    replays = ReplayCache()
+    assert run(replays) == run(None) and replays.fast_launches == 0
