@@ -486,3 +486,33 @@ def test_a_hang_poisons_the_context_or_loses_the_device(vendor, name, value, dev
         drv.reset(0)
     fresh = drv.create_context(0)
     drv.allocate(fresh, 64)
+
+
+@pytest.mark.parametrize("vendor", FAMILIES)
+def test_a_launch_checked_before_is_checked_again_where_it_can_differ(vendor):
+    """A queue remembers launches it validated (same loaded kernel, grid and argument names);
+    a grid outside the device, missing arguments, an unloaded module and a destroyed
+    context are still refused with the family's code after a launch that passed."""
+    drv = driver(vendor)
+    ctx = drv.create_context(0)
+    module = drv.load_module(ctx, image(vendor, drv, [program()]))
+    src, dst = drv.allocate(ctx, 4 * N, "device"), drv.allocate(ctx, 4 * N, "device")
+    q = drv.create_queue(ctx)
+    q.copy_h2d(src, SRC)
+    for _ in range(3):
+        q.launch(module, "scale3", (1, 1, 1), {"src": src, "dst": dst})
+    q.synchronize()
+    out = np.empty(N, np.float32)
+    q.copy_d2h(out, dst)
+    q.synchronize()
+    np.testing.assert_array_equal(out, SRC * 3)
+    assert drv.counts["launches"] == 3
+    spec = drv.devices[0].spec
+    with pytest.raises(FornaxError, match="outside the device limits"):
+        q.launch(module, "scale3", (spec.max_grid[0] + 1, 1, 1), {"src": src, "dst": dst})
+    with pytest.raises(FornaxError, match="missing argument"):
+        q.launch(module, "scale3", (1, 1, 1), {"src": src})
+    drv.unload_module(module)
+    with pytest.raises(FornaxError, match="not loaded"):
+        q.launch(module, "scale3", (1, 1, 1), {"src": src, "dst": dst})
+    assert drv.counts["launches"] == 3
