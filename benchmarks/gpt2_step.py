@@ -16,13 +16,13 @@ Target: at most ``STEP_TARGET`` x the CPU step on every family; recorded
 from __future__ import annotations
 
 import copy
-import time
 
 from rich.console import Console
 from rich.table import Table
 
 from fornax.stack import BUILTIN_FAMILIES
 
+from . import best
 from .results import Figures
 
 VENDORS = BUILTIN_FAMILIES
@@ -75,12 +75,7 @@ def make_step(model, ids, sync=None):
 def _best(step, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return best(step, repeats)
 
 
 def measure(vendors=VENDORS, warmup: int = WARMUP, repeats: int = REPEATS) -> list[tuple[str, float]]:

@@ -42,6 +42,8 @@ def run(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     accesses touched (a :class:`Counters` holding their ranges; empty when it has none), or
     None when this launch must replay its tape instead."""
     kind = fast.get("kind")
+    if fast.get("act") not in _ACTIVATIONS:
+        return None
     try:
         if kind == "gemm":
             return _gemm(fast, grid, args, space, ptr_dtype)
@@ -64,8 +66,7 @@ def _view(space: AddressSpace, base: int, dtype: np.dtype[Any], shape: tuple[int
     isz = dtype.itemsize
     if base % isz or any(s < 0 for s in strides) or any(d <= 0 for d in shape):
         raise _Decline
-    last = sum((d - 1) * s for d, s in zip(shape, strides))
-    m = space.holding(base, base + (last + 1) * isz)
+    m = space.holding(*_span(base, dtype, shape, strides))
     if m is None:
         raise _Decline
     view = space.box(m, dtype, (base - m.va, shape, tuple(s * isz for s in strides)))
@@ -143,8 +144,6 @@ def _epilogue(fast: dict[str, Any], acc: Tile, args: Args, space: AddressSpace,
 # -- the tiled GEMM -----------------------------------------------------------------------------
 def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
           ptr_dtype: PointerDtypes) -> Counters:
-    if fast["act"] not in _ACTIVATIONS:
-        raise _Decline
     bm, bn, bk = fast["tile"]
     split = int(fast["split"])
     gx, gy, gz = grid
@@ -210,8 +209,6 @@ def _reduce(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
             ptr_dtype: PointerDtypes) -> Counters:
     """The split-K reduction: the partials of every output added in the order buffer's
     slice order, then the epilogue."""
-    if fast["act"] not in _ACTIVATIONS:
-        raise _Decline
     split = int(fast["split"])
     bm, bn, _ = fast["tile"]
     gx, gy, batch = grid

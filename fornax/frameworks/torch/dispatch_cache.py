@@ -91,26 +91,19 @@ class Launch:
         if session.deferred:
             hazards.before_use(session, args, kwargs)
         stream = current_runtime_stream(session)
-        if self.into:
-            dest = args[0]
-            temps: list[_Tensor] = []
-            materialize = self.materialize
-            ptrs = [materialize(session, x, temps, stream)
-                    for x in (*args, *kwargs.values()) if isinstance(x, _Tensor)]
-            self.plan(ptrs, [T.address(dest, session)], stream)
-            del temps
-            session.stats.record(self.name, "native")
-            return dest
-        outs = [None if m is None else T.empty_contiguous(*m, session, stream) for m in self.outs]
+        if self.into:                   # the plan's one output is the op's first argument
+            outs = [args[0]]
+        else:
+            outs = [None if m is None else T.empty_contiguous(*m, session, stream) for m in self.outs]
         if self.plan is not None:
-            temps = []
+            temps: list[_Tensor] = []
             materialize = self.materialize
             ptrs = [materialize(session, x, temps, stream)
                     for x in (*args, *kwargs.values()) if isinstance(x, _Tensor)]
             self.plan(ptrs, [T.address(outs[k], session) for k in self.present], stream)
             del temps
         session.stats.record(self.name, "native")
-        if self.structure is None:
+        if self.into or self.structure is None:
             return outs[0]
         return tuple(outs)
 
