@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import heap
 from .layers.compiler import CompileOptions, Compiler, PassPipeline, Target
 from .layers.driver import Driver
 from .layers.library import Library
@@ -416,6 +417,7 @@ def _unused_paths(config: StackConfig, offered: dict[str, list[str]]) -> None:
 
 
 def compose(config: StackConfig) -> Stack:
+    heap.freeze_at_compose()
     try:
         spec = load_spec(config.spec)
     except SpecError as exc:

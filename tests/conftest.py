@@ -1,5 +1,6 @@
 """Suite-wide fixtures."""
 
+import gc
 import os
 
 import pytest
@@ -25,6 +26,14 @@ def _no_disk_compile_cache():
 #: them and share the lighter files at the end instead of one finishing a long file alone
 HEAVY_FIRST = ("tests/cli/test_qualify.py", "tests/pytorch/test_torch_suite_sample_",
                "tests/test_docs_pages.py", "tests/pytorch/test_torch_suite_runner.py")
+
+
+def pytest_collection_finish(session):
+    """Every test module is imported (torch, jax, transformers and fornax with them): those
+    objects live until the end, so the cyclic collector stops walking them (``gc.freeze``);
+    a full collection otherwise re-walks a heap of a million objects every few thousand
+    launches.  Objects created by the tests are collected as usual."""
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -12,6 +12,7 @@ import threading
 
 import click
 
+from .. import heap
 from ..layers.errors import ConfigError, FornaxError
 from ..sim.faults import SimError, SpecError
 
@@ -107,6 +108,7 @@ class FornaxGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         if args is None:                # the command line itself (a test runner passes args)
             install_interrupt_handler()
+            heap.arm()                  # the process is ours: freeze its heap at the first stack
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:

@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable, Sequence, TypedDict
 
 from . import memory as _memory
 from .faults import DeviceHang, SimError
@@ -105,9 +105,11 @@ class Packet:
     start_signals: list[tuple[Semaphore, int]] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
-    """One executed packet, for reports and traces."""
+    """One executed packet, for reports and traces.  A long-lived process keeps up to
+    ``record_limit`` of them, so a record holds tuples rather than lists: the cyclic collector
+    untracks tuples of plain values and walks only the record itself."""
 
     label: str
     kind: str
@@ -116,8 +118,8 @@ class Record:
     start: float
     end: float
     error: str | None = None
-    reads: list[Span] = field(default_factory=list)      # (lo, hi, name) byte ranges the work read
-    writes: list[Span] = field(default_factory=list)     # ... and wrote
+    reads: Sequence[Span] = ()      # (lo, hi, name) byte ranges the work read
+    writes: Sequence[Span] = ()     # ... and wrote
     args: dict[str, Any] = field(default_factory=dict)       # what the work reported (grid, bytes, bound)
     clock: Clock = field(default_factory=dict)      # vector clock (race detection)
 
@@ -277,7 +279,7 @@ class Timeline:
         q.last_end = end
         notes = self._notes
         record = Record(packet.label, packet.kind, q.id, engine, start, end, error,
-                        notes["reads"], notes["writes"], notes["args"], clock)
+                        tuple(notes["reads"]), tuple(notes["writes"]), notes["args"], clock)
         self.records.append(record)
         if self.record_limit is not None and len(self.records) > self.record_limit:
             drop = len(self.records) - self.record_limit // 2

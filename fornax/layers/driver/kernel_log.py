@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class KernelRecord:
     """One kernel that ran: simulated duration (s), counted FLOPs and bytes, roofline bound."""
 

@@ -161,7 +161,7 @@ class QueueBase:
             device.timeline.annotate(
                 reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
                 writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
-                grid=list(grid), flops=flops, bytes=counters.bytes_read + counters.bytes_written,
+                grid=grid, flops=flops, bytes=counters.bytes_read + counters.bytes_written,
                 bound=cost.bound)
             return duration + extra
 
