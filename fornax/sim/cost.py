@@ -2,8 +2,9 @@
 
 A kernel costs ``launch + ramp + max(compute, memory)``:
 
-- **compute**: per dtype, matrix FLOPs over ``matrix_peak x matrix_efficiency``
-  (times the matrix-instruction alignment factor: a tile that is not a
+- **compute**: per dtype, matrix FLOPs over ``matrix_peak x`` the dtype's matrix
+  efficiency (``matrix_efficiency_by_dtype`` where the spec lists the dtype, else
+  ``matrix_efficiency``) (times the matrix-instruction alignment factor: a tile that is not a
   multiple of the spec's ``matrix_shape`` is padded up to it) plus vector
   FLOPs over ``vector_peak`` (divided by the kernel's lane efficiency: a
   kernel translated from a family with narrower SIMD groups keeps its
@@ -158,7 +159,7 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
     scale = eff if c.instances >= units else busy
     compute = 0.0
     for dt, flops in c.matrix_flops.items():
-        compute += flops * align / (spec.peak(dt, matrix=True) * spec.matrix_efficiency)
+        compute += flops * align / (spec.peak(dt, matrix=True) * spec.matrix_efficiency_for(dt))
     lanes = (meta or {}).get("lane_efficiency", 1.0)
     if isinstance(lanes, bool) or not isinstance(lanes, (int, float)) or not 0.0 < lanes <= 1.0:
         lanes = 1.0                     # not a translator's stamp: the kernel runs as written
@@ -201,14 +202,15 @@ def _memory_time(spec: ChipSpec, c: Counters, resident: int, busy: float) -> tup
 
 
 def copy_cost(spec: ChipSpec, nbytes: int, direction: str) -> float:
-    """Duration of one DMA copy: ``direction`` is h2d, d2h, d2d or peer (one peer link)."""
+    """Duration of one DMA copy: ``direction`` is h2d, d2h, d2d or peer (one peer link: the
+    spec's ``peer_link_bandwidth`` at its ``peer_link_efficiency``)."""
     if direction in ("h2d", "d2h"):
         return spec.copy_latency_s + nbytes / spec.host_link_bandwidth
     if direction == "d2d":
         # read and write both cross HBM
         return spec.copy_latency_s + 2 * nbytes / (spec.hbm_bandwidth * spec.memory_efficiency)
     if direction == "peer":
-        return spec.peer_link_latency_s + nbytes / spec.peer_link_bandwidth
+        return spec.peer_link_latency_s + nbytes / spec.peer_link_achievable
     raise ValueError(f"unknown copy direction {direction!r} (expected one of {', '.join(COPY_KINDS)})")
 
 

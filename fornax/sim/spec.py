@@ -50,6 +50,17 @@ _FIELDS: dict[str, tuple[type[Any], str]] = {
     "power": (dict, "power and thermal model constants (see POWER_FIELDS)"),
 }
 
+#: optional fields: name -> (type, description); a spec that leaves one out gets the default
+#: :class:`ChipSpec` gives it (which reproduces the model without that refinement)
+OPTIONAL_FIELDS: dict[str, tuple[type[Any], str]] = {
+    "matrix_efficiency_by_dtype": (dict, "fraction of matrix peak a well-tuned kernel reaches, per "
+                                         "dtype, where measurements show it differs from "
+                                         "matrix_efficiency (the default for every dtype not listed); "
+                                         "each key must be a matrix_peak dtype"),
+    "peer_link_efficiency": (float, "fraction of peer_link_bandwidth a transfer achieves on each "
+                                    "link (link protocol and error-correction overhead); default 1"),
+}
+
 #: the [power] table: energy per unit of work, static power and a thermal RC model
 POWER_FIELDS: dict[str, str] = {
     "static_w": "idle/static board power in watts",
@@ -100,6 +111,8 @@ class ChipSpec:
     matrix_peak: dict[str, float] = field(default_factory=dict)
     vector_peak: dict[str, float] = field(default_factory=dict)
     power: dict[str, float] = field(default_factory=dict)
+    matrix_efficiency_by_dtype: dict[str, float] = field(default_factory=dict)
+    peer_link_efficiency: float = 1.0
     source: str = ""
 
     def peak(self, dtype: str, matrix: bool) -> float:
@@ -110,6 +123,17 @@ class ChipSpec:
         if matrix and dtype in self.vector_peak:
             return self.vector_peak[dtype]
         return self.vector_peak.get("float32", min(self.vector_peak.values()))
+
+    def matrix_efficiency_for(self, dtype: str) -> float:
+        """Fraction of the matrix peak a well-tuned kernel reaches in ``dtype``: its entry in
+        ``matrix_efficiency_by_dtype``, else ``matrix_efficiency``."""
+        return self.matrix_efficiency_by_dtype.get(dtype, self.matrix_efficiency)
+
+    @property
+    def peer_link_achievable(self) -> float:
+        """Peer bandwidth per direction per device a transfer achieves, in bytes/s:
+        ``peer_link_bandwidth x peer_link_efficiency``."""
+        return self.peer_link_bandwidth * self.peer_link_efficiency
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -130,7 +154,7 @@ def _validate(data: dict[str, Any], where: str) -> ChipSpec:
             f"chip spec {where} is incomplete: missing field(s) {', '.join(missing)} "
             f"(each spec must define: {', '.join(_FIELDS)})"
         )
-    unknown = sorted(set(data) - set(_FIELDS) - {"source"})
+    unknown = sorted(set(data) - set(_FIELDS) - set(OPTIONAL_FIELDS) - {"source"})
     if unknown:
         raise SpecError(f"chip spec {where} has unknown field(s): {', '.join(unknown)}")
     values: dict[str, Any] = {}     # each checked against its field's type below
@@ -178,7 +202,37 @@ def _validate(data: dict[str, Any], where: str) -> ChipSpec:
             raise SpecError(f"chip spec {where}: {key} is a fraction in (0, 1], got {values[key]}")
     if values["page_size"] & (values["page_size"] - 1):
         raise SpecError(f"chip spec {where}: page_size must be a power of two, got {values['page_size']}")
+    values.update(_optional(data, where, values["matrix_peak"]))
     return ChipSpec(**values, source=str(data.get("source", "")))
+
+
+def _optional(data: dict[str, Any], where: str, matrix_peak: dict[str, float]) -> dict[str, Any]:
+    """The optional fields ``data`` gives, checked (a fraction in (0, 1] each)."""
+    out: dict[str, Any] = {}
+    for key, (typ, desc) in OPTIONAL_FIELDS.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise SpecError(f"chip spec {where}: field {key!r} ({desc}) must be {typ.__name__}, "
+                            f"got {type(value).__name__} {value!r}")
+        out[key] = value
+    table = out.get("matrix_efficiency_by_dtype", {})
+    for dt, frac in table.items():
+        if dt not in matrix_peak:
+            raise SpecError(f"chip spec {where}: matrix_efficiency_by_dtype.{dt} names a dtype the "
+                            f"matrix unit has no peak for (matrix_peak: {', '.join(matrix_peak)})")
+        if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac <= 1:
+            raise SpecError(f"chip spec {where}: matrix_efficiency_by_dtype.{dt} is a fraction in "
+                            f"(0, 1], got {frac!r}")
+    if table:
+        out["matrix_efficiency_by_dtype"] = {dt: float(frac) for dt, frac in table.items()}
+    link = out.get("peer_link_efficiency", 1.0)
+    if not 0 < link <= 1:
+        raise SpecError(f"chip spec {where}: peer_link_efficiency is a fraction in (0, 1], got {link}")
+    return out
 
 
 def available_specs() -> list[str]:

@@ -1,8 +1,10 @@
 """Several devices and the fabric between them: peer copies and collective costs.
 
 A :class:`Topology` is ``devices`` simulated devices joined by one of three
-fabrics, each parameterised by the chip spec's ``peer_link_bandwidth`` (``B``,
-per direction per device) and ``peer_link_latency_s`` (``alpha``, per hop):
+fabrics, each parameterised by the chip spec's achievable peer bandwidth ``B``
+(``peer_link_bandwidth x peer_link_efficiency``, per direction per device: the
+datasheet figure less the links' protocol overhead) and ``peer_link_latency_s``
+(``alpha``, per hop):
 
 ``switch``
     switched all-to-all (NVSwitch-like): every device has one port of ``B``
@@ -23,7 +25,8 @@ fabric sets the bandwidth term and transfers are cut-through (pipelined over
 hops).  Collectives are sequences of phases:
 
 * ring all-reduce: ``2(N-1)`` phases, each device sending ``n/N`` to its ring
-  successor -- on a switch ``2(N-1)*alpha + 2(N-1)/N * n/B``;
+  successor, striped over the fabric's channels (below) -- on a switch and on a
+  full mesh ``2(N-1)*alpha + 2(N-1)/N * n/B``;
 * tree all-reduce: binomial-tree reduce then broadcast, ``2*ceil(log2 N)``
   phases of ``n`` bytes -- on a switch ``2*ceil(log2 N)*(alpha + n/B)``;
 * all-gather and reduce-scatter (ring): ``N-1`` phases of ``n/N``;
@@ -34,9 +37,24 @@ hops).  Collectives are sequences of phases:
 
 ``n`` is always the size of one device's full buffer (the all-reduce buffer,
 the gathered output of an all-gather, the input of a reduce-scatter), as
-collective benchmarks count it.  The ring algorithm runs one ring (one channel):
-on a mesh it uses one link per device, which is why a mesh is slower than a
-switch for rings but as fast for all-to-all, where every link is busy.
+collective benchmarks count it.
+
+**Channels.**  A collective library runs its ring algorithm over several
+channels at once (NCCL/RCCL channels), each a ring of its own, so that every
+link a device has carries part of each ring step.  On a switch or a ring
+fabric one ring already loads a device's port (or its one forward link), so
+the ring runs one channel.  On a full mesh of ``N`` devices one ring would use
+one of each device's ``N-1`` links; the library stripes each step over ``N-1``
+channels (:meth:`Topology.ring_channels`): a step's ``n/N`` from each device
+leaves in ``N-1`` parts, part ``k`` over the link to the ``k``-th device after
+its ring successor (:meth:`Topology.ring_link`), so every directed link carries
+one part per step -- the load of ``N-1`` edge-disjoint rings (a complete
+directed graph splits into ``N-1`` Hamiltonian cycles for every ``N`` but 4
+and 6, where this is a slightly optimistic bound).  A copy priced on another
+link than its own (``egress(src, dst, link)``) is how an executed schedule
+keeps one ring's data flow (and its summation order) while its steps take the
+channels' time.  Point-to-point copies, trees, broadcast chains and all-to-all
+keep their own routes.
 """
 
 from __future__ import annotations
@@ -105,7 +123,7 @@ class Topology:
         if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
             raise ValueError(f"a topology needs a whole number of devices >= 1, got {devices!r}")
         node_of = _nodes(devices, nodes)
-        big_b = float(spec.peer_link_bandwidth)
+        big_b = float(spec.peer_link_achievable)
         links: dict[_Link, float] = {}
         bw = big_b
         many = len(set(node_of)) > 1
@@ -196,19 +214,52 @@ class Topology:
             return [*(f"peer{d}" for d in members if d != device), *nic]
         return (["peer+"] if len(members) == 2 else ["peer+", "peer-"]) + nic
 
-    def egress(self, src: int, dst: int) -> str:
-        """The timeline engine (outgoing link of ``src``) a copy to ``dst`` starts on."""
+    def egress(self, src: int, dst: int, link: int | None = None) -> str:
+        """The timeline engine (outgoing link of ``src``) a copy to ``dst`` starts on; ``link``
+        (a collective's channel part, :meth:`ring_link`) prices it on ``src``'s direct link to
+        that device of its node instead -- on a mesh, the only fabric with such links."""
         self.hops(src, dst)
+        if link is not None and link != dst:
+            self._check_device(link, "link")
+            if self.kind != "mesh" or link == src or self._node(link) != self._node(src) \
+                    or self._node(dst) != self._node(src):
+                raise ValueError(f"device {src} has no direct link to device {link} that a copy "
+                                 f"to device {dst} can be priced on (only a mesh's node members "
+                                 "are linked directly)")
         if self._node(src) != self._node(dst):
             return "peer-nic"
         if self.kind == "switch":
             return "peer"
         if self.kind == "mesh":
-            return f"peer{dst}"
+            return f"peer{dst if link is None else link}"
         members = self._members(src)
         n = len(members)
         fwd = (members.index(dst) - members.index(src)) % n
         return "peer+" if fwd <= n - fwd or n == 2 else "peer-"
+
+    # ---------------------------------------------------------------- channels
+    def ring_channels(self, devices: Sequence[int] | None = None) -> int:
+        """How many channels a ring collective over ``devices`` (default: all, in order) stripes
+        each step over: on a full mesh whose devices share one node, one per link of a device
+        (``N-1``); else one (a switch port or a ring link is already all a step can use)."""
+        members = list(range(self.devices)) if devices is None else list(devices)
+        for d in members:
+            self._check_device(d, "ring")
+        n = len(members)
+        if self.kind != "mesh" or n < 3 or len({self._node(d) for d in members}) > 1:
+            return 1
+        return n - 1
+
+    @staticmethod
+    def ring_link(ring: Sequence[int], position: int, channel: int) -> int:
+        """The device whose link from ``ring[position]`` carries channel ``channel``'s part of
+        its step to its ring successor: the ``channel``-th device after the successor in ring
+        order (channel 0: the successor itself).  When every member sends to its successor,
+        the ``len(ring) - 1`` channels load each directed link between members once."""
+        n = len(ring)
+        if n < 2:
+            raise ValueError(f"a ring step needs two or more members, got {list(ring)!r}")
+        return ring[(position + 1 + channel % (n - 1)) % n]
 
     # ---------------------------------------------------------------- routing
     def _check_device(self, d: int, what: str) -> None:
@@ -302,7 +353,10 @@ class Topology:
     # ---------------------------------------------------------------- collectives
     def _ring_phases(self, steps: int, chunk: float) -> float:
         n = self.devices
-        one = self.phase_time([(d, (d + 1) % n, chunk) for d in range(n)])
+        ring = list(range(n))
+        parts = self.ring_channels(ring)
+        one = self.phase_time([(d, self.ring_link(ring, d, k), chunk / parts)
+                               for d in range(n) for k in range(parts)])
         return steps * one
 
     def _tree_levels(self) -> list[list[tuple[int, int]]]:

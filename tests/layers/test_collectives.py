@@ -209,8 +209,9 @@ def test_bus_bandwidth_rises_with_message_size(fabric):
     stack = _stack("cuda-like", fabric, True)      # shape-only: costs without data
     comm = stack.communicator()
     spec = stack.spec
-    link = {"switch": spec.peer_link_bandwidth, "mesh": spec.peer_link_bandwidth / (N - 1),
-            "ring": spec.peer_link_bandwidth / 2}[fabric]
+    # a ring step on a full mesh is striped over N-1 channels, one per link: all of the port
+    link = {"switch": spec.peer_link_achievable, "mesh": spec.peer_link_achievable,
+            "ring": spec.peer_link_achievable / 2}[fabric]
     alpha = spec.peer_link_latency_s
     busbw = []
     for k in range(10, 25, 2):                     # 1 KiB .. 16 MiB (the tiny spec has 64 MiB)

@@ -3,7 +3,9 @@
 Every expected time below is written out from the fabric's definition
 (B = the spec's peer bandwidth per device, a = per-hop latency; a switch gives
 each device one port of B, a mesh splits B over N-1 links, a ring gives each of
-the two neighbour links B/2), not taken from the code.
+the two neighbour links B/2), not taken from the code.  A ring collective on a
+full mesh stripes each step over N-1 channels, one per link, so its steps get
+all of B, as on a switch (NCCL/RCCL channels).
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def test_concurrent_copies_share_a_switch_port(spec, fabric):
 @pytest.mark.parametrize("n", [BIG, SMALL])
 def test_ring_allreduce(spec, fabric, n):
     a, b = ab(spec)
-    for kind, link in (("switch", b), ("mesh", b / 7), ("ring", b / 2)):
+    # a mesh's ring step leaves in 7 parts, one over each link of B/7: all of B
+    for kind, link in (("switch", b), ("mesh", b), ("ring", b / 2)):
         want = 2 * (N - 1) * a + 2 * (N - 1) / N * n / link
         close(fabric[kind].allreduce_time(n, "ring"), want)
         close(fabric[kind].allreduce_time(n), want)      # ring is the default
@@ -106,7 +109,7 @@ def test_tree_allreduce(spec, fabric, n):
 
 def test_all_gather_and_reduce_scatter(spec, fabric):
     a, b = ab(spec)
-    for kind, link in (("switch", b), ("mesh", b / 7), ("ring", b / 2)):
+    for kind, link in (("switch", b), ("mesh", b), ("ring", b / 2)):
         want = (N - 1) * a + (N - 1) / N * BIG / link
         close(fabric[kind].all_gather_time(BIG), want)
         close(fabric[kind].reduce_scatter_time(BIG), want)
@@ -135,7 +138,7 @@ def test_all_to_all(spec, fabric):
 
 def test_large_message_ordering(fabric):
     ar = {k: t.allreduce_time(BIG) for k, t in fabric.items()}
-    assert ar["switch"] < ar["ring"] < ar["mesh"]
+    assert math.isclose(ar["switch"], ar["mesh"]) and ar["mesh"] < ar["ring"]
     a2a = {k: t.all_to_all_time(BIG) for k, t in fabric.items()}
     assert math.isclose(a2a["switch"], a2a["mesh"]) and a2a["mesh"] < a2a["ring"]
 
@@ -165,6 +168,45 @@ def test_one_and_two_devices(spec):
         # two devices: every kind is one link of the full bandwidth
         close(two.peer_copy_time(BIG, 1, 0), a + BIG / b)
         close(two.allreduce_time(BIG), 2 * a + BIG / b)
+
+
+# -- channels: a ring collective on a full mesh uses every link -------------------------------------
+def test_ring_channels_per_fabric(spec, fabric):
+    assert fabric["mesh"].ring_channels() == N - 1
+    assert fabric["mesh"].ring_channels([0, 3, 5]) == 2         # a subset: one per link among them
+    assert fabric["switch"].ring_channels() == fabric["ring"].ring_channels() == 1
+    assert fabric["mesh"].ring_channels([2, 6]) == 1              # two devices: their one link
+    assert Topology.build(spec, N, "mesh", nodes=2).ring_channels() == 1   # crossing NICs
+
+
+def test_ring_links_load_every_directed_link_once():
+    for ring in ([0, 1, 2, 3, 4, 5, 6, 7], [3, 0, 6, 1, 7, 2, 5, 4], [1, 4, 6]):
+        n = len(ring)
+        used = [(ring[i], Topology.ring_link(ring, i, k)) for i in range(n) for k in range(n - 1)]
+        assert sorted(used) == sorted((a, b) for a in ring for b in ring if a != b)
+        assert all(Topology.ring_link(ring, i, 0) == ring[(i + 1) % n] for i in range(n))
+
+
+def test_a_channel_part_is_priced_on_its_link(fabric):
+    mesh = fabric["mesh"]
+    assert mesh.egress(0, 1) == "peer1" and mesh.egress(0, 1, 5) == "peer5"
+    assert mesh.egress(0, 1, 1) == "peer1"                     # its own link
+    assert fabric["switch"].egress(0, 1, 1) == "peer"
+    # only a mesh has a direct link to another device; never to the sender itself
+    for topo, link in ((mesh, 0), (fabric["switch"], 5), (fabric["ring"], 5), (mesh, 9)):
+        with pytest.raises(ValueError):
+            topo.egress(0, 1, link)
+
+
+def test_peer_link_efficiency_scales_every_link():
+    import dataclasses
+    tiny = load_spec("tiny")
+    slow = dataclasses.replace(tiny, peer_link_efficiency=0.5)
+    assert slow.peer_link_achievable == 0.5 * tiny.peer_link_bandwidth
+    for kind in ("switch", "mesh", "ring"):
+        fast, half = Topology.build(tiny, N, kind), Topology.build(slow, N, kind)
+        assert half.port_bandwidth == fast.port_bandwidth / 2
+        assert all(half.links[k] == v / 2 for k, v in fast.links.items())
 
 
 # -- bad input --------------------------------------------------------------------------------

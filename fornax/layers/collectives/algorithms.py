@@ -12,7 +12,10 @@ on the ranks' queues (:class:`~.schedule.Schedule`):
   credits); the reduction waits for the incoming copy and for its own rank's
   send of the step.  Rank ``p`` ends with chunk ``p`` reduced; the
   all-gather's ``N-1`` steps forward chunks round the ring into every
-  rank's output.
+  rank's output.  Every ring step's copy is striped over the fabric's
+  channels (:meth:`.schedule.Schedule.ring_copy`: ``N-1`` parts on a full
+  mesh, one per link, as NCCL/RCCL's channels use every link); the reduction
+  waits for all parts, and the data flow and summation order stay the ring's.
 * tree all-reduce: binomial tree rooted at rank 0 (level ``k``: rank
   ``i + 2^k`` sends its buffer to rank ``i`` for ``i`` a multiple of
   ``2^(k+1)``; the parent runs ``buf = local op incoming``), then the same
@@ -85,6 +88,7 @@ def choose(op: str, nbytes: int, requested: str | None, devices: Sequence[int],
     if topology is None:
         raise ValueError("ranks on several devices need the fabric that joins them")
     fabric = topology
+    channels = fabric.ring_channels(devices)      # a ring step's parts, each on its own link
     ring_pairs = [(devices[r], devices[(r + 1) % n]) for r in range(n)]
     levels = tree_levels(n)
 
@@ -93,7 +97,7 @@ def choose(op: str, nbytes: int, requested: str | None, devices: Sequence[int],
 
     tree_pairs = [[(devices[c], devices[p]) for c, p in lvl] for lvl in levels]
     if op == "all_reduce":
-        ring = 2 * (n - 1) * pair_time(nbytes / n, ring_pairs)
+        ring = 2 * (n - 1) * pair_time(nbytes / n / channels, ring_pairs)
         tree = 2 * sum(pair_time(nbytes, lvl) for lvl in tree_pairs)
     else:
         slices = max(1, math.ceil(nbytes / int(facts["chunk_bytes"])))
@@ -117,22 +121,22 @@ def ring_reduce_scatter(S: Schedule, chunks: list[tuple[int, int]], src: Address
     prev: list[Marker | None] = [None] * n           # each rank's last reduction
     done: list[Marker | None] = [None] * n
     for s in range(n - 1):
-        sends: dict[int, tuple[int, int, Marker]] = {}
+        sends: dict[int, tuple[int, int, list[Marker]]] = {}
         for r in range(n):
             p, c = (r + 1) % n, (r - s - 1) % n
             lo, hi = chunks[c]
             if hi == lo:
                 continue
             data = src(r, c) if s == 0 else scratch[r][1]
-            sends[p] = (r, c, S.copy(r, p, scratch[p][0], data, (hi - lo) * item,
-                                     [prev[r], prev[p]]))
-        for p, (r, c, m) in sends.items():
+            sends[p] = (r, c, S.ring_copy(r, p, scratch[p][0], data, (hi - lo) * item,
+                                          [prev[r], prev[p]]))
+        for p, (r, c, parts) in sends.items():
             lo, hi = chunks[c]
             last = s == n - 2
             out = final(p, c) if last else scratch[p][1]
             own = sends.get((p + 1) % n)
             prev[p] = S.combine(p, fn, dt, hi - lo, scratch[p][0], src(p, c), out,
-                                [m, own[2] if own else None])
+                                [*parts, *(own[2] if own else ())])
             if last and avg:
                 prev[p] = S.scale(p, dt, hi - lo, out)
             if last:
@@ -144,15 +148,15 @@ def ring_all_gather(S: Schedule, chunks: list[tuple[int, int]], buf: Address,
                     have: Sequence[Marker | None], dt: DType) -> None:
     """The ring all-gather: ``N-1`` steps forward every chunk round the ring into ``buf``."""
     n, item = S.size, dt.itemsize
-    last = list(have)
+    last: list[list[Marker | None]] = [[m] for m in have]
     for s in range(n - 1):
-        new: list[Marker | None] = [None] * n
+        new: list[list[Marker | None]] = [[] for _ in range(n)]
         for r in range(n):
             p, c = (r + 1) % n, (r - s) % n
             lo, hi = chunks[c]
             if hi == lo:
                 continue
-            new[p] = S.copy(r, p, buf(p, c), buf(r, c), (hi - lo) * item, [last[r]])
+            new[p] = list(S.ring_copy(r, p, buf(p, c), buf(r, c), (hi - lo) * item, last[r]))
         last = new
 
 

@@ -199,8 +199,12 @@ class Communicator:
             self.runtime.set_device(prev)
         #: the queue of each rank's stream, by rank
         self.queues: list[Queue] = [s.queue for s in self.streams]
-        #: the send queues created so far, by (source rank, destination rank)
-        self.peer_queues: dict[tuple[int, int], Queue] = {}
+        #: the send queues created so far, by (source rank, destination rank, channel)
+        self.peer_queues: dict[tuple[int, int, int], Queue] = {}
+        #: the channels each ring step is striped over (``Topology.ring_channels``: N-1 on a
+        #: full mesh, where one ring would leave all but one link of each device idle)
+        self.ring_channels = 1 if self.topology is None or self.size < 2 else \
+            self.topology.ring_channels(chosen)
         self._scratch_buffers: dict[int, tuple[int, int]] = {}     # rank -> (address, bytes)
         self._kernels: dict[tuple[int, str, str | int, DType, int, str, str], KernelEntry] = {}
         self._pending: list[list[Call]] = [[] for _ in chosen]
@@ -240,9 +244,15 @@ class Communicator:
         """Every rank's device timeline, each once."""
         return list({id(c.device.timeline): c.device.timeline for c in self.contexts}.values())
 
-    def peer_queue(self, src: int, dst: int) -> Queue:
-        """The send queue from rank ``src`` to rank ``dst`` (created on first use)."""
-        key = (src, dst)
+    @property
+    def ring(self) -> list[int]:
+        """Each rank's device index, by rank."""
+        return list(self.devices)
+
+    def peer_queue(self, src: int, dst: int, channel: int = 0) -> Queue:
+        """The send queue of ``channel`` from rank ``src`` to rank ``dst`` (created on first
+        use)."""
+        key = (src, dst, channel)
         if key not in self.peer_queues:
             self.peer_queues[key] = self.driver.create_queue(self.contexts[src])
         return self.peer_queues[key]

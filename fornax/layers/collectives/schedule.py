@@ -4,9 +4,14 @@ markers across devices, run to completion in one simulated-time order.
 A :class:`Schedule` is built on a :class:`ScheduleHost` (the communicator:
 its ranks' stream queues, per-peer send queues, contexts and timelines, its
 reduction kernels and scratch buffers).  A copy runs on the send queue of
-its (source, destination) pair, on the fabric link that queue's packets
-name; the first copy of a pair also waits for everything the user submitted
-before on both ranks.  :meth:`Schedule.finish` orders each rank's stream
+its (source, destination, channel) triple, on the fabric link its packets
+name; the first copy of a triple also waits for everything the user submitted
+before on both ranks.  A ring step's copy (:meth:`Schedule.ring_copy`) is
+striped over the fabric's channels (``Topology.ring_channels``): on a full
+mesh, ``N-1`` parts, part ``k`` priced on the link to the ``k``-th rank after
+the destination (``Topology.ring_link``), as NCCL/RCCL's channels load every
+link; the bytes still go to the destination, so the ring's data flow and
+summation order are the same on every fabric.  :meth:`Schedule.finish` orders each rank's stream
 after everything of the collective that touched it and runs all ranks'
 timelines together (:func:`fornax.sim.timeline.run_together`).  A
 collective's time runs from the moment the last rank's stream reaches the
@@ -18,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Protocol
 
 from ...sim.timeline import Timeline, run_together
+from ...sim.topology import Topology
 from ..driver import Context, Marker, Module, Queue
 from ..errors import FornaxError
 from ..ir import DType
@@ -40,14 +46,22 @@ class ScheduleHost(Protocol):
     def queues(self) -> list[Queue]:
         """Each rank's in-order stream queue, by rank."""
     @property
-    def peer_queues(self) -> dict[tuple[int, int], Queue]:
-        """The send queues created so far, by (source rank, destination rank)."""
+    def peer_queues(self) -> dict[tuple[int, int, int], Queue]:
+        """The send queues created so far, by (source rank, destination rank, channel)."""
     @property
     def contexts(self) -> list[Context]:
         """Each rank's runtime context, by rank."""
 
-    def peer_queue(self, src: int, dst: int) -> Queue:
-        """The send queue from rank ``src`` to rank ``dst`` (created on first use)."""
+    @property
+    def ring(self) -> list[int]:
+        """Each rank's device index, by rank (the ring's order)."""
+    @property
+    def ring_channels(self) -> int:
+        """The channels a ring step is striped over (``Topology.ring_channels`` of the ranks)."""
+
+    def peer_queue(self, src: int, dst: int, channel: int = 0) -> Queue:
+        """The send queue of ``channel`` from rank ``src`` to rank ``dst`` (created on first
+        use)."""
     def timeline(self, r: int) -> Timeline:
         """Rank ``r``'s device timeline."""
     def timelines(self) -> list[Timeline]:
@@ -70,10 +84,10 @@ class Schedule:
         # everything each rank submitted before: its stream (and what its stream was told to
         # wait for since its last command), and every copy to or from it
         self.start = {r: [host.queues[r].record(), *host.queues[r].waiting(),
-                          *(q.record() for (a, b), q in host.peer_queues.items() if r in (a, b))]
+                          *(q.record() for (a, b, _), q in host.peer_queues.items() if r in (a, b))]
                       for r in range(host.size)}
         self.markers: list[Marker] = []
-        self.used: set[tuple[int, int]] = set()
+        self.used: set[tuple[int, int, int]] = set()
         self.copies = 0
         self.kernels = 0
 
@@ -87,18 +101,44 @@ class Schedule:
         return m
 
     def copy(self, src: int, dst: int, dst_addr: int, src_addr: int, nbytes: int,
-             deps: Iterable[Marker | None] = ()) -> Marker:
-        """A peer copy from rank ``src`` to rank ``dst`` after ``deps``."""
-        q = self.host.peer_queue(src, dst)
+             deps: Iterable[Marker | None] = (), channel: int = 0, link: int | None = None) -> Marker:
+        """A peer copy from rank ``src`` to rank ``dst`` after ``deps``, on ``channel``'s send
+        queue, priced on the link to device ``link`` (None: its own route)."""
+        q = self.host.peer_queue(src, dst, channel)
         waits = [m for m in deps if m is not None]
-        if (src, dst) not in self.used:            # the user's earlier work on both ranks
-            self.used.add((src, dst))
+        if (src, dst, channel) not in self.used:   # the user's earlier work on both ranks
+            self.used.add((src, dst, channel))
             waits += [*self.start[src], *self.start[dst]]
         for m in waits:
             q.wait(m)
-        q.copy_peer(self.host.contexts[dst], int(dst_addr), int(src_addr), int(nbytes))
+        if link is None:            # a driver written before channels takes the plain call
+            q.copy_peer(self.host.contexts[dst], int(dst_addr), int(src_addr), int(nbytes))
+        else:
+            q.copy_peer(self.host.contexts[dst], int(dst_addr), int(src_addr), int(nbytes), link)
         self.copies += 1
         return self._mark(q)
+
+    def ring_copy(self, src: int, dst: int, dst_addr: int, src_addr: int, nbytes: int,
+                  deps: Iterable[Marker | None] = ()) -> list[Marker]:
+        """A ring step's copy from rank ``src`` to its successor ``dst``, striped over the
+        channels (one part per channel, byte ranges as ``np.array_split`` makes them; parts
+        of no bytes are left out); returns every part's marker."""
+        if dst != (src + 1) % self.size:
+            raise ValueError(f"a ring step goes to the next rank: {src} -> {(src + 1) % self.size}, "
+                             f"not {dst}")
+        deps = list(deps)
+        parts = self.host.ring_channels
+        if parts == 1:
+            return [self.copy(src, dst, dst_addr, src_addr, nbytes, deps)]
+        q, rem = divmod(int(nbytes), parts)
+        out, lo = [], 0
+        for k in range(parts):
+            size = q + (1 if k < rem else 0)
+            if size:
+                link = self.host.ring[Topology.ring_link(range(self.size), src, k)]
+                out.append(self.copy(src, dst, dst_addr + lo, src_addr + lo, size, deps, k, link))
+            lo += size
+        return out
 
     def local(self, r: int, dst: int, src: int, nbytes: int,
               deps: Iterable[Marker | None] = ()) -> Marker:
@@ -136,9 +176,9 @@ class Schedule:
         all ranks' timelines together until it is done; returns (start, end) times."""
         host = self.host
         for r in range(host.size):
-            for s, d in self.used:
+            for s, d, k in self.used:
                 if r in (s, d):
-                    host.queues[r].wait(host.peer_queue(s, d).record())
+                    host.queues[r].wait(host.peer_queue(s, d, k).record())
         timelines = host.timelines()
         ok = run_together(timelines, lambda: all(m.sem.value >= m.value for m in self.markers))
         failed = next((m.sem.failure for m in self.markers if m.sem.failure is not None), None)

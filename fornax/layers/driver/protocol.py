@@ -129,9 +129,12 @@ class Queue(Protocol):
         arrays of copies may be :class:`ShapeOnlyArray` (nothing moves)."""
     def copy_d2d(self, dst: int, src: int, nbytes: int) -> None:
         """Copy ``nbytes`` between two ranges of this queue's context."""
-    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None:
+    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int,
+                  link: int | None = None) -> None:
         """Copy ``nbytes`` at ``src`` here to ``dst`` in ``dst_ctx`` on another device, over
-        the fabric (no peer access needed).  Raises when no fabric joins the devices."""
+        the fabric (no peer access needed).  Raises when no fabric joins the devices.
+        ``link`` (a collective library's channel part, ``Topology.ring_link``) prices the copy
+        on the direct link to that device (``Topology.egress``); None: the copy's own route."""
     def record(self) -> Marker:
         """A marker reached once everything submitted so far has completed."""
     def wait(self, marker: Marker) -> None:

@@ -291,10 +291,12 @@ class QueueBase:
 
         self._push("copy", work, f"d2d {nbytes}B", "copy")
 
-    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int) -> None:
+    def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int,
+                  link: int | None = None) -> None:
         """Copy ``nbytes`` from ``src`` in this queue's context to ``dst`` in ``dst_ctx`` on
         another device, over the fabric's link (a peer-link engine of this device's
-        timeline), priced by the topology.  Like a peer memcpy it needs no peer access."""
+        timeline; a collective's channel part names its ``link``), priced by the
+        topology.  Like a peer memcpy it needs no peer access."""
         d, call = self.driver, "copy_peer"
         d.check(self.ctx, call)
         d.check(dst_ctx, call)
@@ -315,9 +317,17 @@ class QueueBase:
         except PageFault as exc:
             raise d.fail("invalid_value", f"copy of {nbytes} bytes to {int(dst):#x} on device {b} is "
                          f"outside its memory: {exc.detail}", call=call, address=int(dst)) from None
+        device = self.device
+        topology = device.topology
+        if topology is None:            # can_access_peer said a fabric joins the two devices
+            raise d.fail("peer_access_unsupported", f"device {a} is on no fabric", call=call)
+        try:
+            engine = topology.egress(a, b, None if link is None else int(link))
+        except ValueError as exc:
+            raise d.fail("invalid_value", str(exc), call=call) from None
         d.counts["copies"] += 1
         d.counts["peer_bytes"] += nbytes
-        src_space, dst_space, device = self.ctx.space, dst_ctx.space, self.device
+        src_space, dst_space = self.ctx.space, dst_ctx.space
 
         def work() -> float:
             duration = device.peer_copy_duration(nbytes, b)     # first: a fault stops the copy
@@ -328,10 +338,7 @@ class QueueBase:
                                      bytes=nbytes, direction=f"peer {a}->{b}")
             return duration
 
-        topology = device.topology
-        if topology is None:            # can_access_peer said a fabric joins the two devices
-            raise d.fail("peer_access_unsupported", f"device {a} is on no fabric", call=call)
-        self._push(topology.egress(a, b), work, f"peer {a}->{b} {nbytes}B", "copy")
+        self._push(engine, work, f"peer {a}->{b} {nbytes}B", "copy")
 
     def enqueue(self, work: Work, label: str, kind: str = "collective", engine: str = "compute") -> None:
         """An operation whose effect ``work`` runs when the device reaches it and returns its
