@@ -194,8 +194,10 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
         last = min(steps, first + per)
         # z, row, column, step, bm, bn: one matmul, a 2-D product per tile and step
         prods = np.matmul(a_t[:, :, None, first:last], b_t[:, None, :, first:last])
+        if prods.dtype != acc.dtype:
+            raise _Decline              # the loop's sum would promote: keep the tape's order
         for j in range(last - first):
-            acc = acc + prods[:, :, :, j]
+            np.add(acc, prods[:, :, :, j], out=acc)      # the same rounding as acc + p
     acc = acc.transpose(0, 1, 3, 2, 4).reshape(gz, gy * bm, gx * bn)[:, :m, :n]
     if split > 1:
         # partials of slice s of batch b at ((b * split + s) * m * n)
