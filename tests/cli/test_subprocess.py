@@ -46,7 +46,8 @@ def test_ctrl_c_ends_a_command_with_rc_130_and_one_line_jax_loaded_or_not(after_
     (the command ran on to exit 0); now it ends, at once, with one line."""
     import signal
     import time
-    p = subprocess.Popen([sys.executable, "-m", "fornax.cli", "qualify", "--vendor", "cuda-like"],
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "fornax.cli", "qualify",
+                          "--vendor", "cuda-like"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(after_s)
     assert p.poll() is None, "qualify finished before the interrupt"
@@ -54,6 +55,11 @@ def test_ctrl_c_ends_a_command_with_rc_130_and_one_line_jax_loaded_or_not(after_
     try:
         _, err = p.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        p.kill()
-        raise AssertionError("the interrupted command did not end") from None
+        p.send_signal(signal.SIGABRT)           # faulthandler prints every thread's stack
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        raise AssertionError(f"the interrupted command did not end; its threads:\n{err[-6000:]}") from None
     assert p.returncode == 130 and err.strip().splitlines() == ["fornax: error: interrupted"], err
