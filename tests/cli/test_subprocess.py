@@ -46,9 +46,12 @@ def test_ctrl_c_ends_a_command_with_rc_130_and_one_line_jax_loaded_or_not(after_
     (the command ran on to exit 0); now it ends, at once, with one line."""
     import signal
     import time
+    # a suite started as a background job inherits SIGINT ignored (POSIX shells do that for
+    # `cmd &`), and so would the command: it gets the disposition an interactive shell gives
     p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "fornax.cli", "qualify",
                           "--vendor", "cuda-like"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(after_s)
     assert p.poll() is None, "qualify finished before the interrupt"
     p.send_signal(signal.SIGINT)
