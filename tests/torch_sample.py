@@ -23,3 +23,6 @@ def check_sample(family: str) -> None:
     assert r.kinds["ops"]["float32"].run >= 60 and r.kinds["modules"]["all"].run >= 30
     assert r.kinds["optims"]["all"].run >= 5
     assert set(r.to_json()) == {"vendor", "full", "kinds", "failures", "stale", "errors"}
+    # docs/conformance.md shows this call and these fields (its block is not run again there)
+    assert {"ops/float32", "modules/all", "optims/all"} <= set(r.rates)
+    assert all(0.0 <= rate <= 1.0 for rate in r.rates.values())
