@@ -108,8 +108,8 @@ class Packet:
 @dataclass(slots=True)
 class Record:
     """One executed packet, for reports and traces.  A long-lived process keeps up to
-    ``record_limit`` of them, so a record holds tuples rather than lists: the cyclic collector
-    untracks tuples of plain values and walks only the record itself."""
+    ``record_limit`` of them, so a record holds its byte ranges as tuples rather than lists:
+    the cyclic collector stops tracking a tuple of plain values, where it walks every list."""
 
     label: str
     kind: str
