@@ -159,14 +159,7 @@ def _validate(data: dict[str, Any], where: str) -> ChipSpec:
         raise SpecError(f"chip spec {where} has unknown field(s): {', '.join(unknown)}")
     values: dict[str, Any] = {}     # each checked against its field's type below
     for key, (typ, desc) in _FIELDS.items():
-        value = data[key]
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, typ) or isinstance(value, bool):
-            raise SpecError(
-                f"chip spec {where}: field {key!r} ({desc}) must be {typ.__name__}, "
-                f"got {type(value).__name__} {value!r}"
-            )
+        value = _typed(where, key, typ, desc, data[key])
         if typ in (int, float) and value <= 0:
             raise SpecError(f"chip spec {where}: field {key!r} ({desc}) must be positive, got {value}")
         values[key] = value
@@ -198,40 +191,47 @@ def _validate(data: dict[str, Any], where: str) -> ChipSpec:
     if "float32" not in values["vector_peak"]:
         raise SpecError(f"chip spec {where}: vector_peak must define float32")
     for key in ("matrix_efficiency", "memory_efficiency"):
-        if values[key] > 1:
-            raise SpecError(f"chip spec {where}: {key} is a fraction in (0, 1], got {values[key]}")
+        _fraction(where, key, values[key])
     if values["page_size"] & (values["page_size"] - 1):
         raise SpecError(f"chip spec {where}: page_size must be a power of two, got {values['page_size']}")
     values.update(_optional(data, where, values["matrix_peak"]))
     return ChipSpec(**values, source=str(data.get("source", "")))
 
 
+def _typed(where: str, key: str, typ: type[Any], desc: str, value: Any) -> Any:
+    """``value`` of field ``key`` if it has type ``typ`` (an int where a float is due is
+    taken as one; a bool is never a number)."""
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, typ) or isinstance(value, bool):
+        raise SpecError(
+            f"chip spec {where}: field {key!r} ({desc}) must be {typ.__name__}, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _fraction(where: str, name: str, value: Any) -> float:
+    """``value`` if it is a number in (0, 1]."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
+        raise SpecError(f"chip spec {where}: {name} is a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
 def _optional(data: dict[str, Any], where: str, matrix_peak: dict[str, float]) -> dict[str, Any]:
     """The optional fields ``data`` gives, checked (a fraction in (0, 1] each)."""
-    out: dict[str, Any] = {}
-    for key, (typ, desc) in OPTIONAL_FIELDS.items():
-        if key not in data:
-            continue
-        value = data[key]
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, typ) or isinstance(value, bool):
-            raise SpecError(f"chip spec {where}: field {key!r} ({desc}) must be {typ.__name__}, "
-                            f"got {type(value).__name__} {value!r}")
-        out[key] = value
+    out = {key: _typed(where, key, typ, desc, data[key])
+           for key, (typ, desc) in OPTIONAL_FIELDS.items() if key in data}
     table = out.get("matrix_efficiency_by_dtype", {})
-    for dt, frac in table.items():
+    for dt in table:
         if dt not in matrix_peak:
             raise SpecError(f"chip spec {where}: matrix_efficiency_by_dtype.{dt} names a dtype the "
                             f"matrix unit has no peak for (matrix_peak: {', '.join(matrix_peak)})")
-        if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac <= 1:
-            raise SpecError(f"chip spec {where}: matrix_efficiency_by_dtype.{dt} is a fraction in "
-                            f"(0, 1], got {frac!r}")
     if table:
-        out["matrix_efficiency_by_dtype"] = {dt: float(frac) for dt, frac in table.items()}
-    link = out.get("peer_link_efficiency", 1.0)
-    if not 0 < link <= 1:
-        raise SpecError(f"chip spec {where}: peer_link_efficiency is a fraction in (0, 1], got {link}")
+        out["matrix_efficiency_by_dtype"] = {
+            dt: _fraction(where, f"matrix_efficiency_by_dtype.{dt}", frac) for dt, frac in table.items()}
+    if "peer_link_efficiency" in out:
+        _fraction(where, "peer_link_efficiency", out["peer_link_efficiency"])
     return out
 
 

@@ -135,7 +135,7 @@ class Schedule:
         for k in range(parts):
             size = q + (1 if k < rem else 0)
             if size:
-                link = self.host.ring[Topology.ring_link(range(self.size), src, k)]
+                link = Topology.ring_link(self.host.ring, src, k)
                 out.append(self.copy(src, dst, dst_addr + lo, src_addr + lo, size, deps, k, link))
             lo += size
         return out
