@@ -33,7 +33,7 @@ from typing import overload
 from ..sim import isa
 from .errors import CompileError
 from .codegen_nn import EMITTERS
-from .emitter import (BOOL_BITWISE, ELEMENTWISE, IDENTITY, LAYOUT, REDUCTIONS, Emitter,
+from .emitter import (BOOL_BITWISE, ELEMENTWISE, IDENTITY, LAYOUT, REDUCTIONS, Emitter, inner_layout,
                       IndexedEmitter, gelu, identity)
 from .graph import DType, Node, Value
 from .kernel_builder import (POINTWISE_REGISTERS, Grid, KernelBuilder, Operand, next_pow2, offsets,
@@ -80,8 +80,10 @@ def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     flat = kb.iadd(kb.imul(kb.pid(0), block), kb.arange(block))
     mask = kb.binary("lt", flat, kb.const(n, "int64"))
     em = Emitter(kb, space, _flat_index(kb, flat, space), mask, ins, EMITTERS)
+    em.chained = inner_layout(nodes, outputs)
     for node in nodes:
-        em.node(node)
+        if id(node) not in em.chained:
+            em.node(node)
     for v in outputs:
         em.store(v, outs[id(v)].param, mask)
     grid: Grid = (math.ceil(n / block), 1, 1)
@@ -108,8 +110,10 @@ def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     mask = kb.binary("lt", col, kb.const(length, "int64")) if width != length else None
     em = Emitter(kb, space, index, mask, ins, EMITTERS)
     em.mask_dims = (axis,)
+    em.chained = inner_layout(nodes, outputs)
     for node in nodes:
-        em.node(node, reduce_axis_tile=-1)
+        if id(node) not in em.chained:
+            em.node(node, reduce_axis_tile=-1)
     for v in outputs:
         full = len(v.shape) == len(space) and v.shape[axis] == length
         if full:

@@ -3,7 +3,7 @@
 A compiled graph is found again by its **key**: a SHA-256 over the graph's
 text, the bytes (and dtype and shape) of its constants, the target (arch,
 format, compute units), the compiler (vendor, compiler name, fornax
-version, the family's ``[compiler]`` facts) and the options (library
+version, a digest of the compiling code, the family's ``[compiler]`` facts) and the options (library
 routines offered, fusion and passes).  Change any of them and the key
 changes; nothing is ever looked up by name.
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import functools
 import hashlib
 import importlib
 import json
@@ -69,12 +70,29 @@ _HEAD = struct.Struct("<4sI32s")           # magic, format version, sha256(paylo
 
 
 @lru_cache(maxsize=1)
+@functools.cache
 def fornax_version() -> str:
     try:
         from importlib import metadata
         return metadata.version("fornax")
     except Exception:                      # not installed (a source checkout): still a stable key
         return "source"
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 of the code that turns a graph into a plan: the seams' shared code
+    (``fornax/layers``), the vendors' and the tile ISA.  Part of every key, so an entry
+    written by other code (a checkout between releases changes code, not its version) is
+    never found again."""
+    pkg = Path(__file__).resolve().parent.parent
+    files = sorted([*(pkg / "layers").rglob("*.py"), *(pkg / "vendors").rglob("*.py"),
+                    pkg / "sim" / "isa.py"])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(pkg).as_posix().encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def default_directory() -> Path | None:

@@ -26,7 +26,7 @@ import numpy as np
 from ..sim.isa import Program
 from . import codegen
 from .binary import Encoder, KernelBinary
-from .compile_cache import CompileCache, cache_key, fornax_version, identity_text
+from .compile_cache import CompileCache, cache_key, fornax_version, identity_text, source_digest
 from .errors import CompileError, ConfigError, FornaxError, GraphError
 from .tiling import choose_gemm_tile
 from .graph import OPS, DType, Graph, Node, Value
@@ -39,6 +39,7 @@ from .passes.fuse import Group, describe as describe_groups, fuse, group_io
 from .passes.layout import layout
 from .passes.memplan import MemoryPlan, plan_memory
 from .passes.simplify import simplify
+from .passes.views import views as find_views
 
 __all__ = ["Target", "Buffer", "KernelStep", "LibraryStep", "CollectiveStep", "CompiledGraph",
            "Compiler", "CompilerBase", "CompileOptions", "Disassembler", "PassPipeline",
@@ -188,7 +189,7 @@ class ProgramEmitter(Protocol):
 GRAPH_PASSES = ("decompose", "fold", "simplify", "layout", "cse", "dce")
 _GRAPH_PASS_FNS: dict[str, Callable[[Graph], Graph]] = {"decompose": decompose, "fold": fold, "simplify": simplify, "layout": layout,
                    "cse": cse, "dce": dce}
-OPTIONAL_PASSES = ("fold", "simplify", "layout", "cse", "dce", "fuse", "memplan")
+OPTIONAL_PASSES = ("fold", "simplify", "layout", "cse", "dce", "fuse", "views", "memplan")
 
 
 @dataclass(frozen=True)
@@ -295,11 +296,11 @@ class CompilerBase:
         again only when the vendor, the facts tables or the fornax version is another object:
         facts are data, read when the compiler is built and never edited in place."""
         parts = (self.vendor, self.facts["compiler"], fornax_version(),
-                 self.facts.get("library", {}).get("dnn"))
+                 self.facts.get("library", {}).get("dnn"), source_digest())
         memo = self.__dict__.get("_identity_memo")
         if memo is None or any(a is not b for a, b in zip(memo[0], parts)):
             text = identity_text({"vendor": parts[0], "compiler": parts[1], "fornax": parts[2],
-                                  "dnn": parts[3]})
+                                  "dnn": parts[3], "source": parts[4]})
             memo = self._identity_memo = (parts, text.encode())
         return memo[1]
 
@@ -417,6 +418,13 @@ class CompilerBase:
         records.append({"pass": "fuse", "ops_before": len(lowered.nodes), "ops_after": len(groups)})
         self._dump(options, graph.name, len(GRAPH_PASSES) + 1, "fuse", describe_groups(groups))
 
+        # with fusion off every op stays its own kernel (the teaching view), views included
+        vw = find_views(lowered, groups, enabled=options.enabled("views") and options.enabled("fuse"))
+        if vw.aliases or vw.folded:
+            log.append(f"views: {len(vw.aliases)} reshapes read in place, {len(vw.folded)} transposes "
+                       "read by the library GEMM")
+            records.append({"pass": "views", "ops_before": len(groups),
+                            "ops_after": len(groups) - len(vw.aliases) - len(vw.folded)})
         buffers: dict[int, Buffer] = {}
         by_value: dict[int, int] = {}
         out_ids = {id(v) for v in lowered.outputs}
@@ -438,6 +446,14 @@ class CompilerBase:
         for gi, (group, (ins, outs)) in enumerate(zip(groups, io)):
             ops = tuple(n.op for n in group.nodes)
             name = f"{graph.name}_{gi}_{group.kind}"
+            if gi in vw.folded:
+                continue                   # the library GEMM reads the operand transposed
+            if gi in vw.aliases:
+                view, src = vw.aliases[gi]
+                bid = by_value[id(view)] = buf(src, "temp")    # the same bytes: no kernel
+                if id(view) in out_ids:                        # the temporary is the output
+                    buffers[bid] = Buffer(bid, view.name, view.shape, view.dtype, "output")
+                continue
             if group.kind == "collective":
                 node = group.nodes[0]
                 x, y = node.inputs[0], node.outputs[0]
@@ -465,9 +481,12 @@ class CompilerBase:
             if group.kind == "library":
                 node = group.nodes[0]
                 a, b = node.inputs
-                steps.append(LibraryStep("gemm", {"a": buf(a, "temp"), "b": buf(b, "temp"),
-                                                  "c": buf(node.outputs[0], "temp")},
-                                         _gemm_params(a, b), ops))
+                stored = vw.transposed.get(gi, {})
+                prm = _gemm_params(a, b)
+                prm.update({f"trans_{r}": True for r in stored})
+                steps.append(LibraryStep("gemm", {"a": buf(stored.get("a", a), "temp"),
+                                                  "b": buf(stored.get("b", b), "temp"),
+                                                  "c": buf(node.outputs[0], "temp")}, prm, ops))
                 continue
             if group.kind == "gemm":
                 mm = group.nodes[0]

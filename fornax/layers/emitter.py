@@ -65,6 +65,33 @@ def identity(fn: str, dtype: DType) -> float | int:
     return int(info.min) if ident < 0 else int(info.max)
 
 
+#: layout ops a kernel can read through when they feed another layout op (no masks of their own)
+CHAINABLE = ("transpose", "reshape", "broadcast_to", "slice")
+
+
+def _row_major(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return out[::-1]
+
+
+def inner_layout(nodes: Sequence[Node], outputs: Sequence[Value]) -> frozenset[int]:
+    """The layout nodes of a kernel that only feed later layout nodes of it (a chain the
+    fuser built, :func:`fornax.layers.passes.fuse.fuse`): the kernel reads through them
+    instead of computing them at its own index (which is their consumer's, not theirs)."""
+    stored = {id(v) for v in outputs}
+    users: dict[int, list[Node]] = {}
+    for n in nodes:
+        for v in n.inputs:
+            users.setdefault(id(v), []).append(n)
+    return frozenset(id(n) for n in nodes
+                     if n.op in CHAINABLE and id(n.outputs[0]) not in stored
+                     and users.get(id(n.outputs[0]))
+                     and all(u.op in CHAINABLE for u in users[id(n.outputs[0])]))
+
+
 def gelu(kb: KernelBuilder, x: str, dt: str, approximate: str) -> str:
     """GELU of ``x`` (dtype ``dt``): exact (erf) or the ``"tanh"`` approximation."""
     half = kb.binary("mul", x, kb.const(0.5, dt))
@@ -99,6 +126,9 @@ class Emitter:
         self.mask_dims: tuple[int, ...] | None = None
         #: generators of the ops whose kernel computes its own load offsets (gather, RNG, ...)
         self.indexed: Mapping[str, IndexedEmitter] = indexed or {}
+        #: layout nodes fused into the layout op after them (:func:`inner_layout`): never
+        #: emitted at the kernel's index, only read through
+        self.chained: frozenset[int] = frozenset()
 
     def value(self, v: Value) -> str:
         """The register holding ``v``: computed here already, or loaded from its operand."""
@@ -180,29 +210,68 @@ class Emitter:
         return reg
 
     def layout(self, node: Node) -> str:
-        """Load a layout op's operand through a rearranged index (no compute of its own)."""
-        kb, src, out = self.kb, node.inputs[0], node.outputs[0]
-        for v in node.inputs:
-            if self.inputs.get(id(v)) is None or id(v) in self.regs:
-                raise CompileError(f"kernel {kb.name}: {node.op} must read its operands from memory",
-                                   seam="compiler", op=node.op)
-        operand = self.inputs[id(src)]
+        """Load a layout op's operand through a rearranged index (no compute of its own).
+
+        The operand is read from memory, or is itself the output of a layout op fused
+        before this one (:func:`inner_layout`): the index is then carried back through
+        that op too, so a chain of layout ops is one load."""
+        kb, out = self.kb, node.outputs[0]
         rank = len(self.space)
         out_index = self.index[rank - len(out.shape):]
-        if node.op in ("slice", "pad", "concat"):
+        if node.op in ("pad", "concat"):
+            for v in node.inputs:
+                if self.inputs.get(id(v)) is None or id(v) in self.regs:
+                    raise CompileError(f"kernel {kb.name}: {node.op} must read its operands from memory",
+                                       seam="compiler", op=node.op)
             return self.masked_layout(node, out_index)
+        return self._through(node, list(out_index))
+
+    def _through(self, node: Node, out_index: list[str | None]) -> str:
+        """``node``'s output at ``out_index`` (per dim of that output; None: index 0), loaded
+        from the memory under the chain of layout ops that ends at ``node``."""
+        kb, src, out = self.kb, node.inputs[0], node.outputs[0]
+        operand = self.inputs.get(id(src))
+        if operand is not None and id(src) not in self.regs:
+            if node.op == "reshape":
+                # a contiguous tensor keeps its flat order: the offset is the output's flat index
+                offs = offsets(kb, out.shape, out.shape, out_index)
+            else:
+                offs = offsets(kb, src.shape, src.shape, self._source_index(node, out_index))
+            return kb.emit(isa.Load(kb.reg(), operand.param, offs, self.mask))
+        p = src.producer
+        if p is not None and id(p) in self.chained:
+            return self._through(p, self._source_index(node, out_index))
+        raise CompileError(f"kernel {kb.name}: {node.op} must read its operands from memory",
+                           seam="compiler", op=node.op)
+
+    def _source_index(self, node: Node, out_index: list[str | None]) -> list[str | None]:
+        """The index into a layout op's operand that its output's ``out_index`` reads."""
+        kb, src, out = self.kb, node.inputs[0], node.outputs[0]
         if node.op == "transpose":
             perm = node.attrs.get("perm") or tuple(reversed(range(len(src.shape))))
             src_index: list[str | None] = [None] * len(src.shape)
             for j, p in enumerate(perm):
                 src_index[p] = out_index[j]
-            offs = offsets(kb, src.shape, src.shape, src_index)
-        elif node.op == "reshape":
-            # a contiguous tensor keeps its flat order: the offset is the output's flat index
-            offs = offsets(kb, out.shape, out.shape, out_index)
-        else:  # broadcast_to
-            offs = offsets(kb, src.shape, out.shape, out_index)
-        return kb.emit(isa.Load(kb.reg(), operand.param, offs, self.mask))
+            return src_index
+        if node.op == "broadcast_to":          # dims aligned right; a size-1 source dim reads 0
+            lead = len(out.shape) - len(src.shape)
+            return [None if n == 1 else out_index[lead + d] for d, n in enumerate(src.shape)]
+        if node.op == "slice":
+            idx = [i if i is not None else kb.const(0, "int64") for i in out_index]
+            return [kb.iadd(kb.imul(i, step), kb.const(start, "int64") if start else None)
+                    for i, (start, _, step) in zip(idx, slice_bounds(src.shape, node.attrs))]
+        if node.op == "reshape":               # through the flat index, in row-major order
+            flat = offsets(kb, out.shape, out.shape, out_index)
+            index: list[str | None] = []
+            for d, (n, st) in enumerate(zip(src.shape, _row_major(src.shape))):
+                if n == 1:
+                    index.append(None)
+                    continue
+                q = flat if st == 1 else kb.binary("floordiv", flat, kb.const(st, "int64"))
+                index.append(q if d == 0 else kb.binary("mod", q, kb.const(n, "int64")))
+            return index
+        raise CompileError(f"kernel {kb.name}: {node.op} cannot be read through another layout op",
+                           seam="compiler", op=node.op)
 
     def _and_mask(self, extra: str | None, lanes: int) -> str | None:
         """``extra`` and the kernel's own mask; ``lanes`` of the result are true over the grid."""
@@ -213,15 +282,10 @@ class Emitter:
         return m
 
     def masked_layout(self, node: Node, out_index: Sequence[str]) -> str:
-        """slice, pad and concat: loads through a remapped index, masked where no source exists."""
+        """pad and concat: loads through a remapped index, masked where no source exists."""
         kb, out = self.kb, node.outputs[0]
         src = node.inputs[0]
         idx = [i if i is not None else kb.const(0, "int64") for i in out_index]
-        if node.op == "slice":
-            src_index = [kb.iadd(kb.imul(i, step), kb.const(start, "int64") if start else None)
-                         for i, (start, _, step) in zip(idx, slice_bounds(src.shape, node.attrs))]
-            offs = offsets(kb, src.shape, src.shape, src_index)
-            return kb.emit(isa.Load(kb.reg(), self.inputs[id(src)].param, offs, self.mask))
         if node.op == "pad":
             value = node.attrs.get("value", 0.0)
             value = float(value) if out.dtype.is_float else (bool(value) if out.dtype is DType.BOOL

@@ -550,14 +550,29 @@ def _convert_graph(shape, src_stride, src_dt, dst_dt, dst_stride) -> Graph:
     """Read a strided source view, cast, and write it into a strided destination view."""
     g = Graph("strided_copy")
     x = g.input("src", (T.span_elements(shape, src_stride),), src_dt)
+    order = _dense_permutation(shape, src_stride)
     if tuple(src_stride) == T.contiguous_strides(shape):
         y = g.op("reshape", x, shape=tuple(shape))
+    elif order is not None:                  # a permuted dense block: a transpose, no index table
+        y = g.op("reshape", x, shape=tuple(shape[d] for d in order))
+        if order != sorted(order):
+            y = g.op("transpose", y, perm=tuple(_full_perm(shape, order)))
+        y = g.op("reshape", y, shape=tuple(shape))
     else:
         y = g.op("index_select", x, g.constant(_strided_index(shape, src_stride).reshape(-1), "si"), axis=0)
         y = g.op("reshape", y, shape=tuple(shape))
     if dst_dt != src_dt:
         y = g.op("cast", y, dtype=dst_dt)
-    if tuple(dst_stride) != T.contiguous_strides(shape):
+    order = _dense_permutation(shape, dst_stride)
+    if tuple(dst_stride) != T.contiguous_strides(shape) and order is not None:
+        # the destination is a permuted dense block: its storage, in address order, is the
+        # values transposed into that order (every element of the span is written once)
+        logical = sorted(order)
+        y = g.op("reshape", y, shape=tuple(shape[d] for d in logical))
+        if order != logical:
+            y = g.op("transpose", y, perm=tuple(logical.index(d) for d in order))
+        y = g.op("reshape", y, shape=(int(np.prod(shape)),))
+    elif tuple(dst_stride) != T.contiguous_strides(shape):
         # pull form over the destination's span: every span element takes the value whose view
         # position lands on it, or keeps its old value (a view never writes one element twice)
         span = T.span_elements(shape, dst_stride)
@@ -602,7 +617,9 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     key = ("copy", shape, tuple(src.stride()), sd, dd, tuple(dst.stride()))
     plan = _cached_plan(session, key, lambda: _convert_graph(shape, tuple(src.stride()), sd, dd,
                                                              tuple(dst.stride())))
-    if tuple(dst.stride()) == T.contiguous_strides(shape):      # the same test _convert_graph makes
+    if tuple(dst.stride()) == T.contiguous_strides(shape) or \
+            _dense_permutation(shape, tuple(dst.stride())) is not None:   # the tests _convert_graph makes
+        # the plan writes the destination's elements in address order, from its first one
         plan([T.address(src, session)], [T.address(dst, session)], stream)
         return dst
     span_bytes = T.span_elements(shape, dst.stride()) * dst.element_size()

@@ -6,7 +6,8 @@ Groups, in topological order:
 * ``gemm`` — a generated matmul plus the elementwise ops that consume it on
   its output shape (a fused epilogue);
 * ``pointwise`` — a chain of elementwise ops over one shape (a layout op
-  opens one: it loads its operand through the rearranged index);
+  opens one: it loads its operand through the rearranged index; a chain of
+  layout ops nothing else reads is one such kernel, read through at once);
 * ``reduction`` — elementwise ops and reductions along one axis, plus
   elementwise ops on the reduced result;
 * ``collective`` — an ``all_reduce`` over several ranks.
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CompileError
+from ..emitter import CHAINABLE
 from ..graph import OPS, Graph, Node, Value
 
 
@@ -41,13 +43,42 @@ def _consumes_group(group: Group, node: Node) -> bool:
 
 
 def fuse(graph: Graph, library_ops: frozenset[str], enabled: bool = True) -> list[Group]:
-    """Greedy producer-consumer fusion in topological order (``enabled=False``: one node per group)."""
+    """Greedy producer-consumer fusion in topological order (``enabled=False``: one node per group).
+
+    A node joins the kernel of the group computing its operand: the latest group, or an
+    earlier one that can move to now because no group after it reads what it computes
+    (the graph is functional, so moving a pure kernel later changes no value)."""
     groups: list[Group] = []
     cur: Group | None = None
+    users = graph.users()
+    graph_outputs = {id(v) for v in graph.outputs}
+    owner: dict[int, Group] = {}          # value -> the pointwise or reduction group computing it
 
     def start(g: Group) -> Group:
         groups.append(g)
         return g
+
+    def resume(g: Group, node: Node) -> bool:
+        """Move ``g`` to the end of the kernel order so that ``node`` can join it."""
+        if g is groups[-1]:
+            return True
+        if any(OPS[n.op].kind == "indexed" for n in g.nodes):      # RNG streams keep their order
+            return False
+        i = next(k for k, h in enumerate(groups) if h is g)
+        made = {id(n.outputs[0]) for n in g.nodes}
+        if any(id(v) in made for h in groups[i + 1:] for n in h.nodes for v in n.inputs):
+            return False
+        del groups[i]
+        groups.append(g)
+        return True
+
+    def producer_group(node: Node) -> Group | None:
+        """The open group computing one of ``node``'s operands, if it may take ``node``."""
+        for v in node.inputs:
+            g = owner.get(id(v))
+            if g is not None and g is not cur and _fits(g, node) and resume(g, node):
+                return g
+        return None
 
     for node in graph.nodes:
         if not enabled:
@@ -77,6 +108,7 @@ def fuse(graph: Graph, library_ops: frozenset[str], enabled: bool = True) -> lis
                 cur.kind, cur.axis = "reduction", axis
             else:
                 cur = start(Group("reduction", [node], x.shape, axis))
+            owner[id(out)] = cur
             if not keep:
                 cur.closed = True
             continue
@@ -86,28 +118,51 @@ def fuse(graph: Graph, library_ops: frozenset[str], enabled: bool = True) -> lis
             continue
         if kind == "layout":
             # a layout op reads its operand through a rearranged index: it opens a new
-            # pointwise kernel (over its output), and elementwise consumers may fuse after it
-            cur = start(Group("pointwise", [node], out.shape))
+            # pointwise kernel (over its output), and elementwise consumers may fuse after it;
+            # fed by a chain of layout ops that nothing else reads, it extends that chain's
+            # kernel, which then reads through every op of it at once (one load, no copies)
+            x = node.inputs[0]
+            g = owner.get(id(x)) if enabled else None
+            if (g is not None and node.op in CHAINABLE and not g.closed and g.kind == "pointwise"
+                    and all(n.op in CHAINABLE for n in g.nodes) and g.nodes[-1].outputs[0] is x
+                    and len(users.get(id(x), ())) == 1 and id(x) not in graph_outputs
+                    and resume(g, node)):
+                g.nodes.append(node)
+                g.space = out.shape
+                cur = g
+            else:
+                cur = start(Group("pointwise", [node], out.shape))
+            owner[id(out)] = cur
             continue
         if kind == "indexed":
             # gather / scatter / index_select / im2col / RNG compute their own load offsets: like a
             # layout op, each opens a pointwise kernel over its output
             cur = start(Group("pointwise", [node], out.shape))
+            owner[id(out)] = cur
             continue
         if kind != "elementwise":
             raise CompileError(f"no lowering for {kind} op {node.op!r} (decompose it first)",
                                seam="compiler", op=node.op)
-        reduced = None
-        if cur is not None and cur.axis is not None:
-            reduced = tuple(1 if d == cur.axis else s for d, s in enumerate(cur.space))
-        fits = (cur is not None and not cur.closed and cur.kind != "library"
-                and (out.shape == cur.space or (cur.kind == "reduction" and out.shape == reduced))
-                and _consumes_group(cur, node))
-        if fits and cur is not None:
+        if enabled and cur is not None and not _fits(cur, node):
+            g = producer_group(node)          # the kernel of an earlier operand, moved to now
+            if g is not None:
+                cur = g
+        if cur is not None and _fits(cur, node):
             cur.nodes.append(node)
         else:
             cur = start(Group("pointwise", [node], out.shape))
+        owner[id(out)] = cur
     return groups
+
+
+def _fits(g: Group, node: Node) -> bool:
+    """Whether elementwise ``node`` can join ``g``: it reads ``g``'s values over ``g``'s space
+    (or, after a reduction, over the reduced space)."""
+    out = node.outputs[0]
+    reduced = tuple(1 if d == g.axis else s for d, s in enumerate(g.space)) if g.axis is not None else None
+    return (not g.closed and g.kind not in ("library", "collective")
+            and (out.shape == g.space or (g.kind == "reduction" and out.shape == reduced))
+            and _consumes_group(g, node))
 
 
 def group_io(graph: Graph, groups: list[Group]) -> list[tuple[list[Value], list[Value]]]:

@@ -10,6 +10,7 @@ over the shared timeline semaphore.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 
@@ -32,6 +33,17 @@ PACKET_TYPE_BARRIER_AND = 3
 PACKET_SIZE = 64
 HEADER_BARRIER = 1 << 8
 _handles = itertools.count(0x10_0000)
+
+
+def _kernarg_layout(program: isa.Program) -> struct.Struct:
+    """The kernarg segment of ``program``: one 8-byte slot per parameter, an int64 for a
+    pointer or an integer, a float64 otherwise."""
+    return _layout(tuple(p.kind == "ptr" or p.dtype.startswith("int") for p in program.params))
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(integers: tuple[bool, ...]) -> struct.Struct:
+    return struct.Struct("<" + "".join("q" if i else "d" for i in integers))
 
 
 class AqlQueue(QueueBase):
@@ -60,8 +72,9 @@ class AqlQueue(QueueBase):
         self._ring_doorbell()
 
     def _kernargs(self, program: isa.Program, args: dict) -> int:
-        raw = b"".join(struct.pack("<q", int(args[p.name])) if p.kind == "ptr" or p.dtype.startswith("int")
-                       else struct.pack("<d", float(args[p.name])) for p in program.params)
+        layout = _kernarg_layout(program)
+        raw = layout.pack(*(int(args[p.name]) if c == "q" else float(args[p.name])
+                            for p, c in zip(program.params, layout.format[1:])))
         size = max(8, len(raw))
         if self._kernarg_next + size > self.kernarg.size:
             self._kernarg_next = 0                    # ring: packets are consumed at the doorbell
@@ -104,13 +117,9 @@ class AqlQueue(QueueBase):
                 wg, sizes, kobj, kernarg = f[2], f[6:9], f[11], f[12]
                 program, entry = self.kernel_objects.pop(kobj)
                 grid = (sizes[0] // wg, sizes[1], sizes[2])
-                args = {}
-                for i, p in enumerate(program.params):
-                    word = self.ctx.space.read(kernarg + 8 * i, 8)
-                    if p.kind == "ptr" or p.dtype.startswith("int"):
-                        args[p.name] = struct.unpack("<q", word)[0]
-                    else:
-                        args[p.name] = struct.unpack("<d", word)[0]
+                layout = _kernarg_layout(program)      # the kernarg segment, read in one go
+                values = layout.unpack(self.ctx.space.read(kernarg, layout.size)) if layout.size else ()
+                args = {p.name: v for p, v in zip(program.params, values)}
                 self.signals.pop(f[14], None)
                 self._push("compute", self._kernel_work(program, entry, grid, args), entry, "kernel")
             elif kind == PACKET_TYPE_BARRIER_AND:
