@@ -6,10 +6,12 @@ masked tile loads and one batch of tile products.  A kernel whose program says w
 is (``meta["fast"]``, set by the library that built it) can instead run here: the same
 tiles are cut from the operands at once, every iteration's tile products are one numpy
 ``matmul`` over all program instances (the same 2-D products, of the same shapes and
-strides, as the interpreter's), accumulated in loop order, and the epilogue applies the
-same instructions' arithmetic to every tile together.  So the result is the
-interpreter's bit for bit (``tests/sim/test_fastpath.py`` checks it over shapes, dtypes,
-layouts and epilogues), and the counters come from the launch's recording.
+strides, as the interpreter's) -- or, for a launch shape where the first launch showed the
+host's BLAS to give the same bits, one matmul of the whole K slab (:func:`_products`) --
+accumulated in loop order, and the epilogue applies the same instructions' arithmetic to
+every tile together.  So the result is the interpreter's bit for bit
+(``tests/sim/test_gemm_fastpath.py`` checks it over shapes, dtypes, layouts and
+epilogues), and the counters come from the launch's recording.
 
 A fast path runs only when it can say in advance that nothing will fault: aligned
 pointers, each operand inside one mapping, slice orders in range.  Anything else (or a
@@ -185,6 +187,59 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     if fast["tf32"]:
         a_pad, b_pad = _unary("tf32", a_pad), _unary("tf32", b_pad)
     a_pad, b_pad = operand(a_pad, acc_dt), operand(b_pad, acc_dt)
+    acc = _products(a_pad, b_pad, (gy, gx, steps), (bm, bn, bk), acc_dt)[:, :m, :n]
+    if split > 1:
+        # partials of slice s of batch b at ((b * split + s) * m * n)
+        _store(space, int(args["c"]), ptr_dtype["c"], acc, (m * n, n, 1))
+        return Counters()
+    _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
+    return Counters()               # every access of the kernel is static
+
+
+#: (dtype, operand shapes, tile) -> whether the slab products of that launch shape agree
+#: with the tile products bit for bit, as checked on its first launch
+_SLABS: dict[tuple[Any, ...], bool] = {}
+
+
+def _products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int], tile: tuple[int, int, int],
+              acc_dt: np.dtype[Any]) -> Tile:
+    """The accumulators of every tile, ``z x (rows * bm) x (columns * bn)``: per K step, the
+    sum so far plus that step's tile products, in loop order.
+
+    The interpreter's products are 2-D matmuls of one ``bm x bk`` and one ``bk x bn`` tile.
+    A K step's products for every tile together are also one ``(rows * bm) x bk`` by
+    ``bk x (columns * bn)`` matmul (a slab), whose every element sums the same ``bk``
+    products; whether the host's BLAS sums them in the same order for both shapes is
+    checked on the first launch of each shape, on its own data (both ways, bit for bit).
+    Shapes where it does take the slab: ``steps`` matmuls instead of ``steps x tiles``."""
+    gy, gx, steps = counts
+    bm, bn, bk = tile
+    key = (acc_dt.str, a_pad.shape, b_pad.shape, tile)
+    slab = _SLABS.get(key)
+    if slab is False:
+        return _tile_products(a_pad, b_pad, counts, tile, acc_dt)
+    acc = np.zeros((a_pad.shape[0], gy * bm, gx * bn), dtype=acc_dt)
+    for s in range(steps):
+        p = np.matmul(a_pad[:, :, s * bk:(s + 1) * bk], b_pad[:, s * bk:(s + 1) * bk, :])
+        if p.dtype != acc.dtype:
+            raise _Decline              # the loop's sum would promote: keep the tape's order
+        np.add(acc, p, out=acc)         # the same rounding as acc + p
+    if slab is None:
+        tiles = _tile_products(a_pad, b_pad, counts, tile, acc_dt)
+        bits = np.dtype(f"u{acc_dt.itemsize}")
+        slab = _SLABS[key] = bool(np.array_equal(acc.view(bits), tiles.view(bits)))
+        if len(_SLABS) > 4096:          # launch shapes that keep changing: forget the oldest
+            del _SLABS[next(iter(_SLABS))]
+        return tiles
+    return acc
+
+
+def _tile_products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int],
+                   tile: tuple[int, int, int], acc_dt: np.dtype[Any]) -> Tile:
+    """:func:`_products` with the interpreter's own 2-D products, one per tile and K step."""
+    gy, gx, steps = counts
+    bm, bn, bk = tile
+    gz = a_pad.shape[0]
     # z, tile row, K step, bm, bk  /  z, tile column, K step, bk, bn: each 2-D tile C-contiguous
     a_t = np.ascontiguousarray(a_pad.reshape(gz, gy, bm, steps, bk).transpose(0, 1, 3, 2, 4))
     b_t = np.ascontiguousarray(b_pad.reshape(gz, steps, bk, gx, bn).transpose(0, 3, 1, 2, 4))
@@ -198,13 +253,7 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
             raise _Decline              # the loop's sum would promote: keep the tape's order
         for j in range(last - first):
             np.add(acc, prods[:, :, :, j], out=acc)      # the same rounding as acc + p
-    acc = acc.transpose(0, 1, 3, 2, 4).reshape(gz, gy * bm, gx * bn)[:, :m, :n]
-    if split > 1:
-        # partials of slice s of batch b at ((b * split + s) * m * n)
-        _store(space, int(args["c"]), ptr_dtype["c"], acc, (m * n, n, 1))
-        return Counters()
-    _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
-    return Counters()               # every access of the kernel is static
+    return acc.transpose(0, 1, 3, 2, 4).reshape(gz, gy * bm, gx * bn)
 
 
 def _reduce(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,

@@ -160,3 +160,40 @@ def test_an_output_overlapping_an_operand_replays_the_tape():
         return outs
     replays = ReplayCache()
     assert run(replays) == run(None) and replays.fast_launches == 0
+
+
+def _pads(gz, gy, gx, steps, tile, seed):
+    bm, bn, bk = tile
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((gz, gy * bm, steps * bk)).astype(np.float32),
+            rng.standard_normal((gz, steps * bk, gx * bn)).astype(np.float32))
+
+
+def test_a_k_slab_product_is_taken_only_where_it_gave_the_tile_products_bits(monkeypatch):
+    """The first launch of a shape computes both and keeps the tile products; the slab is used
+    from then on only if it agreed bit for bit (every later result is the tiles' bits)."""
+    monkeypatch.setattr(fastpath, "_SLABS", {})
+    tile, counts = (16, 32, 8), (3, 2, 5)
+    a, b = _pads(2, *counts, tile, 0)
+    ref = fastpath._tile_products(a, b, counts, tile, np.dtype(np.float32))
+    first = fastpath._products(a, b, counts, tile, np.dtype(np.float32))
+    (verdict,) = fastpath._SLABS.values()
+    assert first.tobytes() == ref.tobytes() and isinstance(verdict, bool)
+    a2, b2 = _pads(2, *counts, tile, 1)                  # the same shape, other data
+    again = fastpath._products(a2, b2, counts, tile, np.dtype(np.float32))
+    assert again.tobytes() == fastpath._tile_products(a2, b2, counts, tile, np.dtype(np.float32)).tobytes()
+
+
+def test_a_slab_that_disagrees_is_never_used_for_that_shape(monkeypatch):
+    monkeypatch.setattr(fastpath, "_SLABS", {})
+    real = fastpath._tile_products
+
+    def one_ulp_off(*args):                             # a BLAS that sums a slab another way
+        return np.nextafter(real(*args), np.float32(np.inf))
+    monkeypatch.setattr(fastpath, "_tile_products", one_ulp_off)
+    tile, counts = (16, 16, 16), (2, 2, 3)
+    for seed in (0, 1):
+        a, b = _pads(1, *counts, tile, seed)
+        got = fastpath._products(a, b, counts, tile, np.dtype(np.float32))
+        assert got.tobytes() == one_ulp_off(a, b, counts, tile, np.dtype(np.float32)).tobytes()
+    assert list(fastpath._SLABS.values()) == [False]
