@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# byte-compile the checkout (an editable install is not compiled, and a process started with
+# PYTHONDONTWRITEBYTECODE would compile every module again on every start); up-to-date files
+# are skipped, so this takes well under a second when nothing changed
+BYTECODE := $(BIN)/python -m compileall -q -j 0 fornax tests benchmarks
 
 .PHONY: run test bench bench-peers lint clean conformance-torch fuzz fuzz-atheris
 
@@ -13,15 +17,18 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
+	@$(BYTECODE)
 	$(BIN)/fornax compose --vendor rocm-like
 
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --select F fornax tests benchmarks
 	$(BIN)/mypy                      # settings in pyproject.toml: strict for the seams, simulator, stack, report
+	$(BYTECODE)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25   # two workers, a file's tests on one; the slowest tests listed
 
 bench: $(STAMP)
+	@$(BYTECODE)
 	$(BIN)/python -m benchmarks
 
 # PyTorch's OpInfos, ModuleInfos and OptimInfos on every family (FAMILY=rocm-like: one), everything
