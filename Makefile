@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed
 # PYTHONDONTWRITEBYTECODE would compile every module again on every start); up-to-date files
 # are skipped, so this takes well under a second when nothing changed
 BYTECODE := $(BIN)/python -m compileall -q -j 0 fornax tests benchmarks
+# the test workers share the cores already: one BLAS / OpenMP thread each (threads that wait spin)
+SINGLE_THREADED := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 .PHONY: run test bench bench-peers lint clean conformance-torch fuzz fuzz-atheris
 
@@ -25,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/ruff check --select F fornax tests benchmarks
 	$(BIN)/mypy                      # settings in pyproject.toml: strict for the seams, simulator, stack, report
 	$(BYTECODE)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25   # two workers, a file's tests on one; the slowest tests listed
+	$(SINGLE_THREADED) $(BIN)/python -m pytest -n 2 --dist loadfile --durations=25   # two workers, a file's tests on one; the slowest tests listed
 
 bench: $(STAMP)
 	@$(BYTECODE)

@@ -3,9 +3,17 @@
 import gc
 import os
 
-import pytest
+# One BLAS / OpenMP thread per process: the two test workers, and the processes tests start
+# (which inherit this), already share the machine's cores; a second thread per process only
+# contends (OpenBLAS threads spin while they wait).  ``make test`` sets these for the workers
+# themselves (a pytest plugin imports numpy before this file runs); here they reach the
+# processes a test starts when pytest runs without make.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from families import FAMILY_OBJECTS, expected_failures
+import pytest  # noqa: E402
+
+from families import FAMILY_OBJECTS, expected_failures  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
