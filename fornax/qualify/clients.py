@@ -36,13 +36,22 @@ def torch_suite_family(s: StackSubject) -> str:
     return names.pop()
 
 
+#: the level whose evidence reads each kind of the suite (``suite_outcome`` in its module)
+SUITE_KINDS = {"L2": "ops", "L3": "modules", "L5": "optims"}
+
+
 def suite_result(s: StackSubject, kind: str) -> SuiteResult:
-    """The suite's result for ``kind`` on the subject's family (run once per qualification)."""
+    """The suite's result for ``kind`` on the subject's family, run once per qualification:
+    at the first request, every kind the levels being run read (``s.suite_kinds``) runs, in
+    one subprocess for the sample, so PyTorch's databases are imported once."""
     need("pytest", "expecttest")
     from ..contracts.torch_suite.runner import run_suite
     cache = s.torch_suite
     if kind not in cache:
-        cache[kind] = run_suite(torch_suite_family(s), full=s.full, kinds=(kind,), only=narrow.SUITE_ONLY)
+        kinds = (kind, *(k for k in s.suite_kinds if k != kind and k not in cache))
+        res = run_suite(torch_suite_family(s), full=s.full, kinds=kinds, only=narrow.SUITE_ONLY)
+        for k in kinds:
+            cache[k] = res
     return cache[kind]
 
 
@@ -52,6 +61,8 @@ def suite_outcome(s: StackSubject, kind: str) -> Outcome:
     from ..contracts.torch_suite.result import target
     res = suite_result(s, kind)
     groups = res.kinds.get(kind, {})
+    failures = [f for f in res.failures if f["kind"] == kind]       # a run may hold other kinds
+    stale = [e for e in res.stale if e.split(":", 1)[0] == kind]
     cases = [{"group": g, **c.to_json(), "target": target(kind, g)} for g, c in sorted(groups.items())]
     run = sum(c.run for c in groups.values())
     passed = sum(c.passed for c in groups.values())
@@ -60,12 +71,12 @@ def suite_outcome(s: StackSubject, kind: str) -> Outcome:
     if not run:
         problems.append("no check ran")
     problems += [f"{g} {r:.2%} < {t:.1%}" for g, (r, t) in sorted(low.items())]
-    if res.failures:
-        f = res.failures[0]
-        problems.append(f"{len(res.failures)} failure(s) no known-failure entry names, first "
+    if failures:
+        f = failures[0]
+        problems.append(f"{len(failures)} failure(s) no known-failure entry names, first "
                         f"{f['name']} {f['dtype']} {f['variant']}: {f['error'][:160]}")
-    if res.stale:
-        problems.append(f"stale known-failure entries: {', '.join(res.stale[:4])}")
+    if stale:
+        problems.append(f"stale known-failure entries: {', '.join(stale[:4])}")
     problems += [f"run broken: {e[:200]}" for e in res.errors[:2]]
     scope = "everything" if s.full else "the deterministic sample"
     if narrow.SUITE_ONLY:

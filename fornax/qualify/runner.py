@@ -18,6 +18,7 @@ from ..sim.spec import load_spec
 from ..stack import Stack, StackConfig
 from . import (l0_device, l1_memory, l2_operators, l3_autograd, l4_compile,  # noqa: F401  (register
                l5_numerics, l6_distributed, l7_failures)                      # the evidence)
+from .clients import SUITE_KINDS
 from .levels import EVIDENCE, LEVEL_IDS, LEVELS, normalize_level
 from .report import LevelResult, Qualification
 from .subject import StackSubject
@@ -43,6 +44,7 @@ def qualify(target: StackConfig | Stack, levels: Iterable[str] | None = None,
         raise ConfigError(str(exc)) from None
     subject = StackSubject(target)
     subject.full = bool(full)
+    subject.suite_kinds = tuple(kind for lv, kind in SUITE_KINDS.items() if lv in wanted)
     t0 = time.perf_counter()
     results = [LevelResult(lv, lv.id in wanted) for lv in LEVELS]
     import torch

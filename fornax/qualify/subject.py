@@ -56,6 +56,8 @@ class StackSubject:
         self._error_at = ""
         #: results of PyTorch's test suite by kind, run once per qualification
         self.torch_suite: dict[str, Any] = {}
+        #: the suite's kinds the levels being run read (the sample runs them together)
+        self.suite_kinds: tuple[str, ...] = ()
         self.versions: dict[str, str | None] = {
             "fornax": fornax.__version__, "torch": _version("torch"), "jax": _version("jax"),
             "python": platform.python_version(), "numpy": np.__version__}

@@ -318,3 +318,33 @@ def test_a_failing_real_model_lowers_the_verdict_and_names_the_tensor(monkeypatc
     eager = case["modes"]["eager"]
     assert case["model"] == "gpt2" and not eager["ok"]
     assert eager["worst_tensor"] and eager["worst_tensor"] in e["detail"] and "gpt2 eager" in e["detail"]
+
+
+def test_the_suite_kinds_of_the_levels_run_together_and_each_level_reads_its_own(monkeypatch):
+    """L2, L3 and L5 read the ops, modules and optims of PyTorch's suite: the qualification
+    asks for the three at once (one subprocess for the sample), and each level's evidence
+    counts only its own kind's failures and stale entries."""
+    from fornax.contracts.torch_suite import runner
+    from fornax.contracts.torch_suite.result import SuiteResult
+    from fornax.qualify import clients
+    calls = []
+
+    def fake(vendor, *, full=False, kinds=(), only=(), **_):
+        calls.append(tuple(kinds))
+        r = SuiteResult(vendor=vendor, full=full)
+        for kind, group in (("ops", "float32"), ("modules", "all"), ("optims", "all")):
+            r.add({"event": "check", "kind": kind, "name": "x", "dtype": group, "variant": "",
+                   "outcome": "passed", "run": 2, "passed": 2, "failed": 0, "errors": []})
+        r.failures.append({"kind": "modules", "name": "nn.Broken", "dtype": "all", "variant": "",
+                           "error": "wrong"})
+        r.stale.append("optims:SGD:*:*")
+        return r
+    monkeypatch.setattr(runner, "run_suite", fake)
+    monkeypatch.setattr(clients, "need", lambda *m: None)
+    subject = Q.StackSubject(make_config("cuda-like"))
+    subject.suite_kinds = tuple(clients.SUITE_KINDS[lv] for lv in ("L2", "L3", "L5"))
+    ops, modules, optims = (clients.suite_outcome(subject, k) for k in ("ops", "modules", "optims"))
+    assert calls == [("ops", "modules", "optims")]
+    assert ops.passed and "nn.Broken" not in ops.detail
+    assert not modules.passed and "nn.Broken" in modules.detail
+    assert not optims.passed and "stale known-failure entries: optims:SGD" in optims.detail

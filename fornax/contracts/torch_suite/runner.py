@@ -1,10 +1,12 @@
 """Run the torch suite on one family: pytest subprocesses, their events, a :class:`SuiteResult`.
 
-Each kind runs in its own ``python -m pytest --pyargs fornax.contracts.torch_suite.<kind>_suite``
-subprocess (a full OpInfo run in several shards), with the family in ``FORNAX_VENDOR``, the
-selection in the environment (:mod:`.selection`) and :mod:`.plugin` loaded.  A subprocess
-bounds the memory a long run can grow to, and a crash of the interpreter (or a hang past
-``timeout``) loses one shard, which the result names, instead of the whole run.  The checks'
+A full run gives each kind its own ``python -m pytest --pyargs fornax.contracts.torch_suite.<kind>_suite``
+subprocesses (OpInfos in several shards); the sample runs every kind asked for in one
+subprocess (PyTorch's databases take several seconds to import, once).  Each has the family
+in ``FORNAX_VENDOR``, the selection in the environment (:mod:`.selection`) and :mod:`.plugin`
+loaded.  A subprocess bounds the memory a long run can grow to, and a crash of the
+interpreter (or a hang past ``timeout``) loses one shard, which the result names, instead
+of the whole run.  The checks'
 records and pytest's outcomes come back through an events file (JSON lines), which the
 optional ``progress`` callback follows while the subprocess runs.
 """
@@ -33,11 +35,11 @@ MODULES = {"ops": "fornax.contracts.torch_suite.ops_suite",
 FULL_SHARDS = {"ops": 8, "modules": 2, "optims": 1}
 
 
-def _pytest(kind: str, env: dict, events: Path, timeout: float | None,
+def _pytest(kinds: Sequence[str], env: dict, events: Path, timeout: float | None,
             progress: Callable[[dict], None] | None) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fornax.contracts.torch_suite.plugin",
            "-o", "addopts=", "-o", "python_files=*_suite.py", "--assert=plain", "--rootdir", str(events.parent), "--tb=no",
-           "--no-header", "-rN", "--pyargs", MODULES[kind]]
+           "--no-header", "-rN", "--pyargs", *(MODULES[k] for k in kinds)]
     log = events.with_suffix(".log")
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=events.parent, stdout=out, stderr=subprocess.STDOUT)
@@ -89,8 +91,11 @@ def run_suite(vendor: str, *, full: bool = False, kinds: Sequence[str] = KINDS, 
     callback = progress if callable(progress) else None
     result = SuiteResult(vendor=vendor, full=full)
     records: list[dict] = []
+    # a full run: (kind,) per subprocess, in shards; the sample: every kind in one subprocess
+    runs = [(kind,) for kind in kinds] if full else [tuple(kinds)]
     with tempfile.TemporaryDirectory(prefix="fornax-torch-suite-") as tmp:
-        for kind in kinds:
+        for run in runs:
+            kind = "+".join(run)
             n = (shards or FULL_SHARDS).get(kind, 1) if full else 1
             for i in range(n):
                 events = Path(tmp, f"{kind}-{i}.jsonl")
@@ -105,7 +110,7 @@ def run_suite(vendor: str, *, full: bool = False, kinds: Sequence[str] = KINDS, 
                 if only:
                     env[selection.ONLY] = ",".join(only)
                 t0 = time.monotonic()
-                rc, tail = _pytest(kind, env, events, timeout, callback)
+                rc, tail = _pytest(run, env, events, timeout, callback)
                 got = _read(events)
                 records += [r for r in got if r["event"] == "check"]
                 _broken(result, kind, i, n, rc, tail, got)
