@@ -79,6 +79,7 @@ class Recorder:
 
     def __init__(self, limit: int):
         self.ok = True              # False once the launch cannot be (or is not) recorded
+        self.too_large = False      # gave up only because the tape grew past ``limit``
         self.limit = limit
         self.nbytes = 0             # what the tape holds: static arrays, lane layouts, entries
         self._held: set[int] = set()    # ids of the arrays counted in nbytes (all kept alive)
@@ -103,6 +104,7 @@ class Recorder:
     def _hold(self, nbytes: int) -> None:
         self.nbytes += nbytes
         if self.nbytes > self.limit:
+            self.too_large = self.ok
             self.give_up()
 
     def give_up(self) -> None:

@@ -184,9 +184,12 @@ class _Recording:
     static accesses touched (None if none did) joined with what the replay counts live."""
 
     __slots__ = ("chunks", "counters", "read_rel", "write_rel", "read_part", "write_part", "nbytes",
-                 "pricing", "dynamic")
+                 "pricing", "dynamic", "tape")
 
-    def __init__(self, rec: Recorder, counters: Counters, args: Args):
+    def __init__(self, rec: Recorder, counters: Counters, args: Args, tape: bool = True):
+        #: False: only the counts of a launch whose tape was too large to keep (a kernel with a
+        #: fast path, which needs no tape; when the fast path declines, the launch is interpreted)
+        self.tape = tape
         self.counters = counters
         self.dynamic = rec.dynamic
         #: static recordings: per touched pointer, its range relative to the pointer
@@ -208,7 +211,7 @@ class _Recording:
             for entry in tape:
                 for arr in entry.statics.values():
                     frozen(arr)
-        self.nbytes = rec.nbytes
+        self.nbytes = rec.nbytes if tape else 0
         #: per chunk, the tape as (static registers to bind, operation) pairs
         self.chunks = [[(entry.statics, _operation(entry.ins, entry.how, n)) for entry in tape]
                        for n, tape in rec.chunks]
@@ -405,8 +408,13 @@ class ReplayCache:
                     if live is not None:
                         self.fast_launches += 1
                         return recording.counted(args, live)
-                self.replayed += 1
-                return _replay(program, recording, grid, args, space, info.ptr_dtype)
+                if recording.tape:
+                    self.replayed += 1
+                    return _replay(program, recording, grid, args, space, info.ptr_dtype)
+                self.interpreted += 1           # counts only, and the fast path declined
+                counters = Counters(instances=gx * gy * gz)
+                Interpreter(program, space, args, counters, info.ptr_dtype).launch(grid, chunk)
+                return counters
         counters = Counters(instances=gx * gy * gz)
         # a key's first launch runs plainly (many kernels run once); its second one records
         if key is None or key in info.skip or key not in info.seen:
@@ -423,6 +431,11 @@ class ReplayCache:
             grid, chunk)
         if recorder.ok:
             self._keep(pid, info, key, _Recording(recorder, counters, args))
+        elif recorder.too_large and not recorder.dynamic and \
+                (program.meta.get("fast") or {}).get("kind") == "gemm":
+            # a tape too large to keep (a big GEMM's tile offsets): its fast path needs only
+            # the counts, which depend on the grid and scalars alone
+            self._keep(pid, info, key, _Recording(recorder, counters, args, tape=False))
         elif len(info.skip) < 64:
             info.skip.add(key)
         return counters

@@ -197,3 +197,19 @@ def test_a_slab_that_disagrees_is_never_used_for_that_shape(monkeypatch):
         got = fastpath._products(a, b, counts, tile, np.dtype(np.float32))
         assert got.tobytes() == one_ulp_off(a, b, counts, tile, np.dtype(np.float32)).tobytes()
     assert list(fastpath._SLABS.values()) == [False]
+
+
+def test_a_gemm_whose_tape_is_too_large_to_keep_still_takes_the_fast_path():
+    """A recording larger than an eighth of the cache keeps only the launch's counts: the
+    fast path needs no tape; where it declines (a GELU epilogue) the launch is interpreted."""
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16))
+    small = ReplayCache(limit=64 << 10)               # a recording may hold 8 KiB
+    got, _ = _launches(v, 48, 40, 64, 2, 5, small)
+    assert got == _launches(v, 48, 40, 64, 2, 5, None)[0]
+    assert small.fast_launches == LAUNCHES - 2 and small.replayed == 0 and small.recorded == 1
+    assert len(small) == 1 and small.nbytes == 0       # counts only: no tape held
+    g = blas.GemmVariant("float32", "float32", (16, 16, 16), act="gelu")
+    small = ReplayCache(limit=64 << 10)
+    got, _ = _launches(g, 48, 40, 64, 2, 5, small)
+    assert got == _launches(g, 48, 40, 64, 2, 5, None)[0]
+    assert small.fast_launches == 0 and small.interpreted == LAUNCHES - 1
