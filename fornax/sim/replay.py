@@ -207,14 +207,14 @@ class _Recording:
                              for k, (lo, hi) in counters.read_ranges.items()]
             self.write_rel = [(k, lo - int(args[k]), hi - int(args[k]))
                               for k, (lo, hi) in counters.write_ranges.items()]
-        for _, tape in rec.chunks:
-            for entry in tape:
+        for _, entries in rec.chunks:
+            for entry in entries:
                 for arr in entry.statics.values():
                     frozen(arr)
         self.nbytes = rec.nbytes if tape else 0
         #: per chunk, the tape as (static registers to bind, operation) pairs
-        self.chunks = [[(entry.statics, _operation(entry.ins, entry.how, n)) for entry in tape]
-                       for n, tape in rec.chunks]
+        self.chunks = [[(entry.statics, _operation(entry.ins, entry.how, n)) for entry in entries]
+                       for n, entries in rec.chunks]
         self.pricing: PriceMemo = {}    # the device's kernel prices of this work (see Device)
 
     def counted(self, args: Args, live: Counters | None) -> Counters:
