@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import overload
 
-from ..sim import isa
+from ..sim import fastpath, isa
 from .errors import CompileError
 from .codegen_nn import EMITTERS
 from .emitter import (BOOL_BITWISE, ELEMENTWISE, IDENTITY, LAYOUT, REDUCTIONS, Emitter, inner_layout,
@@ -89,7 +89,26 @@ def pointwise_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs:
     grid: Grid = (math.ceil(n / block), 1, 1)
     program = kb.program(group_size=group_size, kind="pointwise", block=block,
                          registers=POINTWISE_REGISTERS, shared_memory=0)
+    fast = _scatter_fast(nodes, outputs, ins, outs)
+    if fast is not None:
+        program.meta["fast"] = fast
     return attach_estimate(program, pointwise_estimate(program, grid, mask, n, ins, outs, em.active)), grid
+
+
+def _scatter_fast(nodes: list[Node], outputs: list[Value], ins: dict[int, Operand],
+                  outs: dict[int, Operand]) -> dict[str, object] | None:
+    """The fast-path description (:mod:`fornax.sim.fastpath`) of a kernel that is one
+    scatter-add and its store, None for any other kernel."""
+    if len(nodes) != 1 or nodes[0].op != "scatter" or nodes[0].attrs.get("mode", "add") != "add" \
+            or len(outputs) != 1 or outputs[0] is not nodes[0].outputs[0]:
+        return None
+    x, idx, upd = nodes[0].inputs
+    if idx.shape != upd.shape or len({id(x), id(idx), id(upd)}) != 3:
+        return None
+    return fastpath.describe("scatter_add", x=ins[id(x)].param, index=ins[id(idx)].param,
+                             upd=ins[id(upd)].param, out=outs[id(outputs[0])].param,
+                             axis=nodes[0].attrs.get("axis", 0) % len(x.shape),
+                             x_shape=list(x.shape), upd_shape=list(upd.shape))
 
 
 def reduction_kernel(name: str, nodes: list[Node], inputs: list[Value], outputs: list[Value],

@@ -24,7 +24,7 @@ import numpy as np
 from ..sim import isa
 from .errors import CompileError
 from .graph import DType, Node, Value, pad_widths, slice_bounds
-from .kernel_builder import KernelBuilder, Operand, offsets
+from .kernel_builder import KernelBuilder, Operand, offsets, strides
 
 #: graph op -> ("unary" | "binary", ISA function)
 ELEMENTWISE = {
@@ -67,14 +67,6 @@ def identity(fn: str, dtype: DType) -> float | int:
 
 #: layout ops a kernel can read through when they feed another layout op (no masks of their own)
 CHAINABLE = ("transpose", "reshape", "broadcast_to", "slice")
-
-
-def _row_major(shape: tuple[int, ...]) -> list[int]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return out[::-1]
 
 
 def inner_layout(nodes: Sequence[Node], outputs: Sequence[Value]) -> frozenset[int]:
@@ -263,7 +255,7 @@ class Emitter:
         if node.op == "reshape":               # through the flat index, in row-major order
             flat = offsets(kb, out.shape, out.shape, out_index)
             index: list[str | None] = []
-            for d, (n, st) in enumerate(zip(src.shape, _row_major(src.shape))):
+            for d, (n, st) in enumerate(zip(src.shape, strides(src.shape))):
                 if n == 1:
                     index.append(None)
                     continue

@@ -13,6 +13,11 @@ every tile together.  So the result is the interpreter's bit for bit
 (``tests/sim/test_gemm_fastpath.py`` checks it over shapes, dtypes, layouts and
 epilogues), and the counters come from the launch's recording.
 
+A generated kernel that is one scatter-add (``kind = "scatter_add"``, set by the compiler's
+code generator) runs here too: its pull form walks the update axis for every output
+element, where ``np.add.at`` applies the same updates to each element in the same order
+(:func:`_scatter_add`).
+
 A fast path runs only when it can say in advance that nothing will fault: aligned
 pointers, each operand inside one mapping, slice orders in range.  Anything else (or a
 kernel variant it does not know, such as a GELU epilogue) returns ``None`` and the
@@ -44,13 +49,15 @@ def run(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     accesses touched (a :class:`Counters` holding their ranges; empty when it has none), or
     None when this launch must replay its tape instead."""
     kind = fast.get("kind")
-    if fast.get("act") not in _ACTIVATIONS:
+    if kind != "scatter_add" and fast.get("act") not in _ACTIVATIONS:
         return None
     try:
         if kind == "gemm":
             return _gemm(fast, grid, args, space, ptr_dtype)
         if kind == "gemm_reduce":
             return _reduce(fast, grid, args, space, ptr_dtype)
+        if kind == "scatter_add":
+            return _scatter_add(fast, args, space, ptr_dtype)
     except _Decline:
         return None
     return None
@@ -284,13 +291,63 @@ def _reduce(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     return live
 
 
+# -- the pull-form scatter-add ----------------------------------------------------------------------
+#: element dtypes whose sums numpy's ``add.at`` rounds exactly as the interpreter's ``add`` does
+_SCATTER_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+def _scatter_add(fast: dict[str, Any], args: Args, space: AddressSpace,
+                 ptr_dtype: PointerDtypes) -> Counters:
+    """The scatter-add kernel of :func:`fornax.layers.codegen_nn.emit_scatter`, whole.
+
+    Each output element starts from the input and, walking the update axis in order, adds
+    every update whose index names it.  ``np.add.at`` over the updates in row-major order
+    applies, to each element, the updates that name it in that same order (two updates of one
+    element differ only along the axis), one rounded ``add`` at a time; an index out of
+    range names no element.  Every access is static (the indices are values, not addresses)."""
+    x_shape, u_shape, axis = tuple(fast["x_shape"]), tuple(fast["upd_shape"]), int(fast["axis"])
+    px, pi, pu, po = fast["x"], fast["index"], fast["upd"], fast["out"]
+    dt = ptr_dtype[px]
+    if str(dt) not in _SCATTER_DTYPES or ptr_dtype[pu] != dt or ptr_dtype[po] != dt:
+        raise _Decline
+    x_str, u_str = _row_major(x_shape), _row_major(u_shape)
+    out_base = int(args[po])
+    out_span = _span(out_base, dt, x_shape, x_str)
+    for name, shape, st in ((px, x_shape, x_str), (pi, u_shape, u_str), (pu, u_shape, u_str)):
+        lo, hi = _span(int(args[name]), ptr_dtype[name], shape, st)
+        if lo < out_span[1] and out_span[0] < hi:
+            raise _Decline              # the output overlaps an operand: the tape keeps lane order
+    _, x = _view(space, int(args[px]), dt, x_shape, x_str)
+    _, idx = _view(space, int(args[pi]), ptr_dtype[pi], u_shape, u_str)
+    _, upd = _view(space, int(args[pu]), dt, u_shape, u_str)
+    out = np.array(x)
+    target = np.asarray(idx).astype(np.int64)
+    hit = (target >= 0) & (target < x_shape[axis])
+    where = [np.broadcast_to(np.arange(n).reshape([n if e == d else 1 for e in range(len(u_shape))]),
+                             u_shape)[hit] for d, n in enumerate(u_shape)]
+    where[axis] = target[hit]
+    np.add.at(out, tuple(where), np.asarray(upd)[hit])
+    _store(space, out_base, dt, out, x_str)
+    return Counters()
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous tensor of ``shape``."""
+    return tuple(int(s) for s in np.cumprod((1, *shape[:0:-1]))[::-1]) if shape else ()
+
+
 def describe(kind: str, **fields: Any) -> dict[str, Any]:
-    """The ``meta["fast"]`` entry a library puts on a kernel it builds."""
-    if kind not in ("gemm", "gemm_reduce"):
+    """The ``meta["fast"]`` entry a library or code generator puts on a kernel it builds."""
+    need = {"gemm": _GEMM_FIELDS, "gemm_reduce": _GEMM_FIELDS,
+            "scatter_add": ("x", "index", "upd", "out", "axis", "x_shape", "upd_shape")}.get(kind)
+    if need is None:
         raise ValueError(f"no fast path for kernels of kind {kind!r}")
-    for name in ("acc", "tile", "split", "trans_a", "trans_b", "beta", "bias", "act", "tf32",
-                 "scaled"):
+    for name in need:
         if name not in fields:
             raise ValueError(f"a {kind} fast path needs {name!r}")
-    isa.np_dtype(fields["acc"])
+    if kind != "scatter_add":
+        isa.np_dtype(fields["acc"])
     return {"kind": kind, **fields}
+
+
+_GEMM_FIELDS = ("acc", "tile", "split", "trans_a", "trans_b", "beta", "bias", "act", "tf32", "scaled")

@@ -42,6 +42,10 @@ from .tiles import Tile
 #: used recordings go first); a single recording larger than an eighth of it is not kept
 REPLAY_BYTES = 64 << 20
 
+#: fast-path kinds (:mod:`.fastpath`) whose every access is static: a launch too large to
+#: record keeps its counts, and later launches take the fast path without a tape
+COUNTS_ONLY = ("gemm", "scatter_add")
+
 #: what a recording is valid for: the grid, the chunking and each scalar argument's bits
 LaunchKey = tuple[Hashable, ...]
 
@@ -432,9 +436,9 @@ class ReplayCache:
         if recorder.ok:
             self._keep(pid, info, key, _Recording(recorder, counters, args))
         elif recorder.too_large and not recorder.dynamic and \
-                (program.meta.get("fast") or {}).get("kind") == "gemm":
-            # a tape too large to keep (a big GEMM's tile offsets): its fast path needs only
-            # the counts, which depend on the grid and scalars alone
+                (program.meta.get("fast") or {}).get("kind") in COUNTS_ONLY:
+            # a tape too large to keep (a big GEMM's tile offsets, a scatter's update loop):
+            # its fast path needs only the counts, which depend on the grid and scalars alone
             self._keep(pid, info, key, _Recording(recorder, counters, args, tape=False))
         elif len(info.skip) < 64:
             info.skip.add(key)
