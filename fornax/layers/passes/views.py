@@ -50,10 +50,11 @@ def views(graph: Graph, groups: list[Group], enabled: bool = True) -> Views:
     placed = {id(v) for v in (*graph.inputs, *graph.constants, *graph.outputs)}
     single = {id(g.nodes[0]): i for i, g in enumerate(groups)
               if g.kind == "pointwise" and len(g.nodes) == 1}
+    lone = set(single.values())       # groups of one layout or elementwise node
     shaped: set[int] = set()          # temporaries an output alias gives its shape
     for i, g in enumerate(groups):
         node = g.nodes[0]
-        if i in single.values() and node.op == "reshape":
+        if i in lone and node.op == "reshape":
             view, src = node.outputs[0], node.inputs[0]
             if id(view) not in outputs:
                 found.aliases[i] = (view, src)
