@@ -166,9 +166,25 @@ def test_the_stack_under_test_stays_active_and_usable(full):
 
 
 # -- broken stacks fail the right level -----------------------------------------------------------
+def _suite_passes(monkeypatch):
+    """PyTorch's suite runs in a fresh process, where a test's monkeypatch does not reach: a
+    test that breaks a lowering in this process gives the suite's evidence a passing result
+    instead of waiting for a run that cannot see the break."""
+    from fornax.contracts.torch_suite.result import SuiteResult
+    from fornax.qualify import clients
+
+    def passing(s, kind):
+        r = SuiteResult(vendor="rocm-like", full=False)
+        r.add({"kind": kind, "name": "x", "dtype": "float32" if kind == "ops" else "all", "variant": "",
+               "outcome": "passed", "run": 1, "passed": 1, "failed": 0, "errors": []})
+        return r
+    monkeypatch.setattr(clients, "suite_result", passing)
+
+
 def test_a_wrong_lowering_fails_l2_and_drops_the_verdict(monkeypatch):
     # exp computed as sin: 2 of the 58 samples fail, the rate stays above 95 % and L2 passes,
     # the failing op is still named
+    _suite_passes(monkeypatch)
     monkeypatch.setitem(TL._TABLE, "aten::exp.default", TL._TABLE["aten::sin.default"])
     q = Q.qualify(make_config("rocm-like"), ["L2"])
     e = next(e for e in q.levels[2].evidence if e.clause.id == "opinfo")
