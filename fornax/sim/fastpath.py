@@ -323,8 +323,7 @@ def _scatter_add(fast: dict[str, Any], args: Args, space: AddressSpace,
     out = np.array(x)
     target = np.asarray(idx).astype(np.int64)
     hit = (target >= 0) & (target < x_shape[axis])
-    where = [np.broadcast_to(np.arange(n).reshape([n if e == d else 1 for e in range(len(u_shape))]),
-                             u_shape)[hit] for d, n in enumerate(u_shape)]
+    where = list(np.nonzero(hit))           # the hits' coordinates, in row-major order
     where[axis] = target[hit]
     np.add.at(out, tuple(where), np.asarray(upd)[hit])
     _store(space, out_base, dt, out, x_str)

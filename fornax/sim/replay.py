@@ -385,6 +385,14 @@ class ReplayCache:
         with np.errstate(all="ignore"):
             return self._execute(program, grid, args, space)
 
+    def _interpret(self, program: isa.Program, grid: Grid, args: Args, space: AddressSpace,
+                   ptr_dtype: PointerDtypes, chunk: int) -> Counters:
+        """The launch through the interpreter, plainly (no recording)."""
+        self.interpreted += 1
+        counters = Counters(instances=grid[0] * grid[1] * grid[2])
+        Interpreter(program, space, args, counters, ptr_dtype).launch(grid, chunk)
+        return counters
+
     def _execute(self, program: isa.Program, grid: Grid, args: Args, space: AddressSpace) -> Counters:
         info = self._info(program) if self.limit > 0 else None
         names = info.names if info is not None else tuple(p.name for p in program.params)
@@ -392,11 +400,8 @@ class ReplayCache:
         gx, gy, gz = grid
         grid = (gx, gy, gz)
         if info is None:
-            self.interpreted += 1
-            counters = Counters(instances=gx * gy * gz)
-            Interpreter(program, space, args, counters, pointer_dtypes(program)).launch(
-                grid, chunk_instances(program))
-            return counters
+            return self._interpret(program, grid, args, space, pointer_dtypes(program),
+                                   chunk_instances(program))
         if info.chunk is None:
             info.chunk = chunk_instances(program)
         chunk = info.chunk
@@ -415,20 +420,16 @@ class ReplayCache:
                 if recording.tape:
                     self.replayed += 1
                     return _replay(program, recording, grid, args, space, info.ptr_dtype)
-                self.interpreted += 1           # counts only, and the fast path declined
-                counters = Counters(instances=gx * gy * gz)
-                Interpreter(program, space, args, counters, info.ptr_dtype).launch(grid, chunk)
-                return counters
-        counters = Counters(instances=gx * gy * gz)
+                # counts only, and the fast path declined
+                return self._interpret(program, grid, args, space, info.ptr_dtype, chunk)
         # a key's first launch runs plainly (many kernels run once); its second one records
         if key is None or key in info.skip or key not in info.seen:
             if key is not None and key not in info.skip:
                 if len(info.seen) >= 256:
                     info.seen.clear()
                 info.seen.add(key)
-            self.interpreted += 1
-            Interpreter(program, space, args, counters, info.ptr_dtype).launch(grid, chunk)
-            return counters
+            return self._interpret(program, grid, args, space, info.ptr_dtype, chunk)
+        counters = Counters(instances=gx * gy * gz)
         self.recorded += 1
         recorder = Recorder(self.limit // 8)     # one recording: at most an eighth of all
         RecordingInterpreter(program, space, args, counters, info.ptr_dtype, recorder).launch(

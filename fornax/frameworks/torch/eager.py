@@ -480,21 +480,23 @@ def _dense_permutation(shape, stride):
     return order
 
 
-def _gather_graph(shape, stride, dt) -> Graph:
-    span = T.span_elements(shape, stride)
-    g = Graph("strided_gather")
-    x = g.input("x", (span,), dt)
+def _read_view(g: Graph, x, shape, stride, name: str):
+    """The elements of the view ``shape``/``stride`` of the flat buffer ``x``, in logical
+    order: a transpose of a permuted dense block, else an index table (constant ``name``)."""
     order = _dense_permutation(shape, stride)
     if order is not None:
         y = g.op("reshape", x, shape=tuple(shape[d] for d in order))
         if order != sorted(order):
             y = g.op("transpose", y, perm=tuple(_full_perm(shape, order)))
-        y = g.op("reshape", y, shape=tuple(shape))
     else:
-        idx = _strided_index(shape, stride)
-        y = g.op("index_select", x, g.constant(idx.reshape(-1), "idx"), axis=0)
-        y = g.op("reshape", y, shape=tuple(shape))
-    g.output(y)
+        y = g.op("index_select", x, g.constant(_strided_index(shape, stride).reshape(-1), name), axis=0)
+    return g.op("reshape", y, shape=tuple(shape))
+
+
+def _gather_graph(shape, stride, dt) -> Graph:
+    span = T.span_elements(shape, stride)
+    g = Graph("strided_gather")
+    g.output(_read_view(g, g.input("x", (span,), dt), shape, stride, "idx"))
     return g
 
 
@@ -550,17 +552,10 @@ def _convert_graph(shape, src_stride, src_dt, dst_dt, dst_stride) -> Graph:
     """Read a strided source view, cast, and write it into a strided destination view."""
     g = Graph("strided_copy")
     x = g.input("src", (T.span_elements(shape, src_stride),), src_dt)
-    order = _dense_permutation(shape, src_stride)
     if tuple(src_stride) == T.contiguous_strides(shape):
         y = g.op("reshape", x, shape=tuple(shape))
-    elif order is not None:                  # a permuted dense block: a transpose, no index table
-        y = g.op("reshape", x, shape=tuple(shape[d] for d in order))
-        if order != sorted(order):
-            y = g.op("transpose", y, perm=tuple(_full_perm(shape, order)))
-        y = g.op("reshape", y, shape=tuple(shape))
     else:
-        y = g.op("index_select", x, g.constant(_strided_index(shape, src_stride).reshape(-1), "si"), axis=0)
-        y = g.op("reshape", y, shape=tuple(shape))
+        y = _read_view(g, x, shape, src_stride, "si")
     if dst_dt != src_dt:
         y = g.op("cast", y, dtype=dst_dt)
     order = _dense_permutation(shape, dst_stride)
