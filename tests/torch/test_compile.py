@@ -142,6 +142,42 @@ def test_compiled_outputs_keep_strides_and_never_alias_inputs():
         close(xd, x)
 
 
+class _SplitHeads(torch.nn.Module):
+    """Attention whose q, k and v are strided views of one projection, as most transformer
+    code writes it: AOTAutograd saves those views for the backward."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1)
+        return self.out((att @ v).transpose(1, 2).reshape(b, s, d))
+
+
+@pytest.mark.parametrize("vendor", ["cuda-like", "xpu-like"])
+def test_saved_activations_keep_the_programs_layout(vendor):
+    """The forward returns the activations it saves for the backward contiguous (as Inductor
+    does) and says so to AOTAutograd: no strided copy into eager's layout after the forward,
+    no gather back before the backward, and every gradient still matches PyTorch CPU."""
+    ft.use_stack(vendor)
+    session = S.current()
+    torch.manual_seed(1)
+    model = _SplitHeads()
+    x = torch.randn(2, 6, 16)
+    before = set(session.plans)
+    check_step(model, x, "fornax", atol=1e-4)
+    # the loss's backward broadcasts a scalar (a stride-0 gather, eager); nothing else moves
+    layout = [k for k in set(session.plans) - before if isinstance(k, tuple) and k[0] in ("copy", "gather")
+              and any(k[2])]
+    assert layout == []
+    assert rows("fallback") == []
+
+
 def test_outputs_land_on_the_device_torch_says():
     ft.use_stack("cuda-like")
 

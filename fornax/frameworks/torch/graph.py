@@ -94,6 +94,7 @@ import numpy as np
 import torch
 import torch.fx
 from torch.fx.node import map_aggregate
+import torch.utils._pytree as pytree
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ...layers.errors import (BinaryError, CompileError, FornaxError, GraphError, InvalidArgumentError,
@@ -170,13 +171,47 @@ def _eager(gm: torch.fx.GraphModule, name: str, reason: str):
     return run
 
 
-def _compiler(kind: str):
+def _saved_layouts(gm: torch.fx.GraphModule, user_outputs: int) -> frozenset[int]:
+    """The flat outputs of AOTAutograd's forward graph ``gm`` that only its backward reads
+    (saved activations: after the mutated inputs, the ``user_outputs`` outputs of the traced
+    module and the bases of its outputs that are views), which the program returns contiguous instead of in the layout eager
+    PyTorch gave them, as Inductor does.  Their strides are reported to AOTAutograd
+    (``TracingContext.output_strides``), which compiles the backward for them; a saved
+    activation eager PyTorch laid out as a strided view (q, k and v split from one
+    projection) then costs neither a strided copy here nor a gather in the backward."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = ctx.fw_metadata if ctx is not None else None
+    reported = ctx.output_strides if ctx is not None else None
+    out = [n for n in gm.graph.nodes if n.op == "output"]
+    if meta is None or reported is None or not out or not isinstance(out[-1].args[0], (list, tuple)):
+        return frozenset()
+    flat = out[-1].args[0]
+    # then the bases of outputs that are views of intermediates, which regenerate those
+    # views at run time and keep their traced layout
+    first = int(meta.num_mutated_inp_runtime_indices) + user_outputs + \
+        int(getattr(meta, "num_intermediate_bases", 0))
+    natural = []
+    strides: list = []
+    for i, n in enumerate(flat):
+        val = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        if i >= first and isinstance(val, torch.Tensor) and n.op != "placeholder" and \
+                not val.is_contiguous():
+            natural.append(i)
+            strides.append(tuple(T.contiguous_strides(tuple(val.shape))))
+        else:
+            strides.append(None)                     # as traced
+    reported.extend(strides)
+    return frozenset(natural)
+
+
+def _compiler(kind: str, user_outputs: int | None = None):
     def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         name = _next_name(kind)
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if any(_symbolic(n.meta.get("val")) for n in phs) or any(_symbolic(x) for x in example_inputs):
             return _eager(gm, name, _DYNAMIC_REASON)
-        program = Program(gm, name)
+        natural = _saved_layouts(gm, user_outputs) if user_outputs is not None else frozenset()
+        program = Program(gm, name, natural=natural)
 
         def run(args):
             return program(*args)
@@ -190,6 +225,7 @@ def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The ``"fornax"`` Dynamo backend: AOTAutograd over core ATen, every forward / backward /
     inference graph lowered into fornax graphs (:class:`Program`)."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     skip_fornax_frames()                  # also when the backend was found through an entry point
     if any(_symbolic(x) for x in example_inputs):
@@ -199,8 +235,15 @@ def fornax_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
             current().stats.record(f"graph run:{name}", "fallback", _DYNAMIC_REASON)
             return gm.forward(*args)
         return run
-    return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
+    graph_out = [n for n in gm.graph.nodes if n.op == "output"]
+    user_outputs = len(pytree.arg_tree_leaves(*graph_out[-1].args)) if graph_out else 0
+    return aot_autograd(fw_compiler=_compiler("forward", user_outputs),
+                        bw_compiler=_compiler("backward"),
                         inference_compiler=_compiler("inference"),
+                        # as Inductor partitions: the backward recomputes what is cheap to
+                        # recompute (a weight's transpose, an activation) instead of the forward
+                        # saving it, so layout work folds into the backward's GEMMs
+                        partition_fn=min_cut_rematerialization_partition,
                         decompositions=decompositions())(gm, example_inputs)
 
 
@@ -301,10 +344,15 @@ class Program:
     """An FX graph of core ATen ops lowered into fornax graphs (a :class:`Graph` per piece
     between nodes that run with PyTorch).  Call it with the FX graph's inputs, as a list."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, session: Session | None = None):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, session: Session | None = None,
+                 natural: frozenset[int] = frozenset()):
         self.gm = gm
         self.name = name
         self.session = session or current()
+        #: positions of the flat outputs only a backward graph reads (AOTAutograd's saved
+        #: activations): they keep the layout the program computes them in (contiguous), not
+        #: the eager layout the trace recorded, as Inductor's are (see :func:`_saved_layouts`)
+        self.natural = natural
         nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in nodes if n.op == "placeholder"]
         self.attrs = {n: _get_attr(gm, n.target) for n in nodes if n.op == "get_attr"}
@@ -532,6 +580,8 @@ class Program:
     def _outputs(self, output_node: torch.fx.Node, env: dict, args, device: bool):
         sources = {id(a) for a in args if isinstance(a, torch.Tensor)}
         sources |= {id(t) for t in self.attrs.values()}
+        flat = output_node.args[0]
+        natural = {id(flat[i]) for i in self.natural} if isinstance(flat, (list, tuple)) else set()
 
         def out(n):
             if not isinstance(n, torch.fx.Node):
@@ -539,6 +589,9 @@ class Program:
             t = env[n]
             if not isinstance(t, torch.Tensor) or n.op == "placeholder":
                 return t
+            if id(n) in natural:                 # a saved activation: contiguous, as reported
+                t = t if t.is_contiguous() else t.contiguous()
+                return t.clone() if id(t) in sources else t
             meta = n.meta.get("val")
             if isinstance(meta, torch.Tensor) and meta.device.type != self.traced_on:
                 # an explicit transfer in the program (x.cpu(), device="fornax"): where torch says
