@@ -70,6 +70,15 @@ def _round_tf32(x: Tile) -> Tile:
 
 
 def _erf(x: Tile) -> Tile:
+    """erf in double precision, rounded to ``x``'s dtype.  A float32 tile takes PyTorch's
+    vectorised double erf, several times faster than SciPy's on the host and the same bits
+    once rounded to float32 (SciPy's float32 erf is its double erf rounded); other dtypes
+    take SciPy's."""
+    x = np.asarray(x)
+    if x.dtype == np.float32:
+        import torch
+        wide = torch.from_numpy(x.astype(np.float64))
+        return torch.special.erf(wide).numpy().astype(np.float32)
     from scipy.special import erf
     result: Tile = erf(x)
     return result

@@ -376,3 +376,20 @@ def test_a_stack_runs_the_same_with_and_without_replay(vendor, monkeypatch):
     got = np.frombuffer(plain[0][-1], F32).reshape(80, 64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert replayed == plain
+
+
+def test_float32_erf_is_the_double_erf_rounded_bit_for_bit():
+    """The interpreter's float32 erf (PyTorch's double erf, rounded) gives SciPy's float32
+    erf's bits: over a spread of magnitudes, denormals, signed zeros, infinities and NaN."""
+    from scipy.special import erf
+
+    from fornax.sim.interpreter import UNARY
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(200_000) * s for s in (1e-3, 0.3, 1.0, 2.5, 4.0)]
+                       + [np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 1e-38, 3.4e38])]
+                       ).astype(F32)
+    got = UNARY["erf"](x)
+    assert got.dtype == F32
+    assert np.array_equal(got.view(np.uint32), erf(x).view(np.uint32))
+    wide = x.astype(np.float64)
+    assert np.array_equal(UNARY["erf"](wide), erf(wide), equal_nan=True)
