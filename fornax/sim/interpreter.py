@@ -78,7 +78,8 @@ def _erf(x: Tile) -> Tile:
     if x.dtype == np.float32:
         import torch
         wide = torch.from_numpy(x.astype(np.float64))
-        return torch.special.erf(wide).numpy().astype(np.float32)
+        rounded: Tile = torch.special.erf(wide).numpy().astype(np.float32)
+        return rounded
     from scipy.special import erf
     result: Tile = erf(x)
     return result

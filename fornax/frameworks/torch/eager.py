@@ -48,6 +48,7 @@ from . import requested as _requested
 from . import tensors as T
 from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
 from . import hazards as _hazards
+from . import lifted as _lifted
 from .session import Session, current
 from .streams import current_runtime_stream
 
@@ -373,13 +374,19 @@ def _signature(op, args, kwargs):
 def _native(session: Session, info: OpInfo, op, args, kwargs, dest=None):
     """Run ``op`` as a cached one-op device graph; returns (result, "") or (NotImplemented,
     reason).  ``dest``: tensors to write the results into when each is a contiguous fornax
-    tensor of the result's shape and dtype (else fresh tensors are allocated)."""
+    tensor of the result's shape and dtype (else fresh tensors are allocated).
+
+    A call whose float arguments keep changing (see :mod:`.lifted`) runs a plan that reads
+    them as 0-d inputs, compiled once for all their values."""
     if lookup(op) is None:
         return NotImplemented, f"no fornax lowering for {info.name}"
     key = _signature(op, args, kwargs)
     if key is None:
         return NotImplemented, f"{info.name}: an argument type the lowering does not take"
     entry = session.plans.get(key)
+    scalars: list = []
+    if entry is None and _lifted.varying(session, key, args, kwargs):
+        entry, scalars = _lifted_entry(session, info, op, args, kwargs, key)
     if entry is None:
         entry = _build(session, info, op, args, kwargs)
         session.plans[key] = entry
@@ -398,9 +405,49 @@ def _native(session: Session, info: OpInfo, op, args, kwargs, dest=None):
         stream = current_runtime_stream(session)
         temps: list[torch.Tensor] = []
         ptrs = [materialize(session, t, temps, stream) for t in tensors]
+        ptrs += [_lifted.upload(session, value, dt, temps, stream) for value, dt in scalars]
         entry.plan(ptrs, [T.address(outs[k], session) for k in entry.present], stream)
         del temps
     return _pack(entry.structure, outs), ""
+
+
+def _lifted_entry(session: Session, info: OpInfo, op, args, kwargs, key):
+    """The plan of a call whose float arguments become 0-d inputs, and the (value, dtype) of
+    each such input in the plan's order; (None, []) when the call cannot run that way (the
+    route of :func:`_build` then compiles it for these values)."""
+    # a pointwise op's results follow its tensors' shapes and the floats' type, never their
+    # values: its metas are kept per signature (other ops run on meta tensors every call)
+    meta_key = ("lifted-meta", _lifted.abstract(key)) if torch.Tag.pointwise in op.tags else None
+    meta = session.plans.get(meta_key) if meta_key is not None else None
+    if meta is None:
+        meta = _meta(info, op, args, kwargs)
+        if meta_key is not None and isinstance(meta, tuple):
+            session.plans[meta_key] = meta
+    if not isinstance(meta, tuple):
+        return None, []
+    outs, structure = meta
+    tensors = _tensors(args, kwargs)
+    if any(m is None or 0 in m.shape for m in outs) or any(t.numel() == 0 for t in tensors):
+        return None, []
+    largs, lkwargs = _lifted.marked(args, kwargs)
+    try:
+        g, ctx, present = _lower(info, op, largs, lkwargs, outs)
+    except NotLowerable:
+        return None, []
+    if not ctx.lifted:
+        return None, []                  # no float reached the graph as a scalar operand
+    gkey = _lifted.plan_key(key, g)
+    entry = session.plans.get(gkey)
+    if entry is None:
+        if not _lifted.room(session, key):
+            return None, []
+        entry = _prepare(session, info, g, len(tensors) + len(ctx.lifted), outs, structure, present)
+        session.plans[gkey] = entry
+        _evict(session)
+    if isinstance(entry, _Unlowerable):
+        return None, []
+    flat = tree_flatten((args, kwargs))[0]
+    return entry, [(flat[slot], dt) for slot, dt in ctx.lifted]
 
 
 def _pack(structure, outs):
@@ -409,7 +456,9 @@ def _pack(structure, outs):
     return tuple(outs)
 
 
-def _build(session: Session, info: OpInfo, op, args, kwargs):
+def _meta(info: OpInfo, op, args, kwargs):
+    """(output metas, how they pack) from running ``op`` on meta tensors, or why the device
+    cannot run it (:class:`_Unlowerable`), or a :class:`_Native` with nothing to compute."""
     tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
     for t in tensors:
         if t.dtype not in TORCH_TO_DTYPE:
@@ -427,11 +476,12 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
     for m in outs:
         if m is not None and m.dtype not in TORCH_TO_DTYPE:
             return _Unlowerable(f"{info.name}: result dtype {m.dtype} has no fornax graph dtype")
-    structure = None if isinstance(mres, torch.Tensor) else len(outs)
-    if all(m is None or 0 in m.shape for m in outs):
-        return _Native(None, outs, structure, ())        # nothing to compute: shapes only
-    if any(t.numel() == 0 for t in tensors):
-        return _Unlowerable(f"{info.name}: zero-size inputs with a non-empty result run on the host")
+    return outs, None if isinstance(mres, torch.Tensor) else len(outs)
+
+
+def _lower(info: OpInfo, op, args, kwargs, outs):
+    """The one-op graph of the call (tensors as inputs ``in0``, ``in1``, ...), its lowering
+    context and which outputs it computes; raises :class:`NotLowerable`."""
     g = Graph(_graph_name(info.name))
     flat, spec = tree_flatten((args, kwargs))
     n = 0
@@ -440,26 +490,47 @@ def _build(session: Session, info: OpInfo, op, args, kwargs):
             flat[i] = g.input(f"in{n}", tuple(x.shape), TORCH_TO_DTYPE[x.dtype])
             n += 1
     vargs, vkwargs = tree_unflatten(flat, spec)
+    ctx = LowerCtx(g, outs)
+    vals = lower(ctx, op, tuple(vargs), dict(vkwargs))
+    present = tuple(k for k, v in enumerate(vals) if v is not None)
+    g.output(*(v for v in vals if v is not None))
+    return g, ctx, present
+
+
+def _prepare(session: Session, info: OpInfo, g: Graph, inputs: int, outs, structure, present):
+    """Compile ``g`` into a resident plan that reads all its ``inputs``."""
     try:
-        vals = lower(LowerCtx(g, outs), op, tuple(vargs), dict(vkwargs))
-        present = tuple(k for k, v in enumerate(vals) if v is not None)
-        g.output(*(v for v in vals if v is not None))
         route = session.framework.device_route(g)
         if route is not None:
             return _Unlowerable(route.reason)
         plan = session.framework.prepare(g, current_runtime_stream(session))
-    except NotLowerable as exc:
-        return _Unlowerable(str(exc))
     except FornaxError as exc:
         if getattr(exc, "build_log", ""):
             # its kernel did not build (a module load's build error): the op runs on the host;
             # nothing launched, so the context stays usable
             return _Unlowerable(f"{info.name}: compile error: {exc.message} [{exc.code}]")
         return _Unlowerable(f"{info.name}: the {exc.seam or 'compiler'} seam refused it: {exc.message}")
-    if len(plan.plan.inputs) != len(tensors):
+    if len(plan.plan.inputs) != inputs:
         plan.release()
         return _Unlowerable(f"{info.name}: its graph does not read every input")
     return _Native(plan, outs, structure, present)
+
+
+def _build(session: Session, info: OpInfo, op, args, kwargs):
+    meta = _meta(info, op, args, kwargs)
+    if not isinstance(meta, tuple):
+        return meta
+    outs, structure = meta
+    tensors = _tensors(args, kwargs)
+    if all(m is None or 0 in m.shape for m in outs):
+        return _Native(None, outs, structure, ())        # nothing to compute: shapes only
+    if any(t.numel() == 0 for t in tensors):
+        return _Unlowerable(f"{info.name}: zero-size inputs with a non-empty result run on the host")
+    try:
+        g, _, present = _lower(info, op, args, kwargs, outs)
+    except NotLowerable as exc:
+        return _Unlowerable(str(exc))
+    return _prepare(session, info, g, len(tensors), outs, structure, present)
 
 
 def _graph_name(name: str) -> str:

@@ -30,6 +30,22 @@ class OutMeta:
         return cls(tuple(int(d) for d in t.shape), t.dtype)
 
 
+class Lifted(float):
+    """A float argument of an eager op that the op's graph reads as a 0-d input instead of a
+    constant (``slot``: its position among the call's flattened arguments), so one compiled
+    plan serves every value of it (an optimizer's step size, a bias correction).  Only
+    :meth:`LowerCtx.scalar` makes it an input; anything else a lowering does with it (a
+    comparison, arithmetic) sees the plain number, and whatever follows from that shows in
+    the graph, which is what a plan is looked up by."""
+
+    slot: int
+
+    def __new__(cls, value: float, slot: int) -> "Lifted":
+        obj = super().__new__(cls, value)
+        obj.slot = slot
+        return obj
+
+
 class LowerCtx:
     """The graph a lowering adds to, and torch's description of the op's outputs.
 
@@ -43,6 +59,8 @@ class LowerCtx:
         self.outs = list(outs)
         self.where = ""                       # the overload being lowered (for messages)
         self._consts: dict[tuple[str, str, DType], Value] = {} if consts is None else consts
+        #: the 0-d inputs :class:`Lifted` scalars became: (slot, dtype) -> Value, in the order made
+        self.lifted: dict[tuple[int, DType], Value] = {}
 
     def op(self, name: str, *vals: Value, **attrs: Any) -> Value:
         return self.g.op(name, *vals, **attrs)
@@ -52,6 +70,11 @@ class LowerCtx:
         dt = as_graph_dtype(dtype)
         if isinstance(value, torch.Tensor):
             value = value.item()
+        if type(value) is Lifted and dt.is_float:
+            held = self.lifted.get((value.slot, dt))
+            if held is None:
+                held = self.lifted[(value.slot, dt)] = self.g.input(f"lift{value.slot}_{dt.value}", (), dt)
+            return held
         key = (type(value).__name__, repr(value), dt)
         if key not in self._consts:
             if not dt.is_float and isinstance(value, float) and not math.isfinite(value):
@@ -79,4 +102,5 @@ class LowerCtx:
         """A context for lowering output ``i`` alone (same graph and constants)."""
         sub = LowerCtx(self.g, [self.outs[i]], self._consts)
         sub.where = self.where
+        sub.lifted = self.lifted
         return sub

@@ -33,8 +33,9 @@ def _meta_of(shape: tuple[int, ...], dtype: DType) -> torch.Tensor:
 def promote(*args: Value | float | None, kind: str = "default") -> tuple[DType, DType]:
     """(compute dtype, result dtype) of an elementwise op over Values and Python scalars,
     by torch's rules (the compute dtype of float16/bfloat16 is float32)."""
-    metas = [_meta_of(tuple(a.shape), a.dtype) if isinstance(a, Value) else a
-             for a in args if a is not None]
+    # a number as its builtin type (torch's rules look at ``type(x)``; a Lifted is a float)
+    metas = [_meta_of(tuple(a.shape), a.dtype) if isinstance(a, Value) else
+             float(a) if isinstance(a, float) else a for a in args if a is not None]
     comp, res = elementwise_dtypes(*metas, type_promotion_kind=_KINDS[kind])
     return graph_dtype(comp), graph_dtype(res)
 
