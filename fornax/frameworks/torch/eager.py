@@ -21,8 +21,9 @@ framework seam, in this order:
 5. **decomposed** — PyTorch's own decomposition (``torch._decomp``) runs, its pieces
    come back here;
 6. **fallback** — the op runs on the CPU: inputs are copied to the host, results (and
-   mutated inputs) back; counted with its reason.  Seeded random ops always take this
-   route so ``torch.manual_seed`` reproduces CPU results exactly.
+   mutated inputs) back; counted with its reason.  Seeded random ops take this route so
+   ``torch.manual_seed`` reproduces CPU results exactly, except dropout, whose mask is drawn
+   from the host generator as CPU draws it while the product runs natively (:mod:`.host_mask`).
 
 Every call is counted per op and route in the session (:meth:`Session.report`).
 """
@@ -48,6 +49,7 @@ from . import requested as _requested
 from . import tensors as T
 from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
 from . import hazards as _hazards
+from . import host_mask as _host_mask
 from . import lifted as _lifted
 from .session import Session, current
 from .streams import current_runtime_stream
@@ -168,6 +170,11 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
             return _cpu(session, info, op, args, kwargs, rule.reason)
         out = _decompose(session, info, op, args, kwargs, rule.reason)
         if out is not NotImplemented:
+            return out
+    if info.name == "aten::native_dropout":
+        out = _host_mask.dropout(session, args, kwargs, _cached_plan, current_runtime_stream(session))
+        if out is not None:
+            session.stats.record(info.name, "native", _host_mask.REASON)
             return out
     if info.seeded:
         return _cpu(session, info, op, args, kwargs,
