@@ -32,6 +32,7 @@ import numpy as np
 
 from . import isa
 from .arithmetic import cast
+from .host_blas import one_thread
 from .counters import Counters
 from .interpreter import BINARY, UNARY, Args, Grid, PointerDtypes
 from .memory import AddressSpace, Mapping
@@ -194,7 +195,8 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     if fast["tf32"]:
         a_pad, b_pad = _unary("tf32", a_pad), _unary("tf32", b_pad)
     a_pad, b_pad = operand(a_pad, acc_dt), operand(b_pad, acc_dt)
-    acc = _products(a_pad, b_pad, (gy, gx, steps), (bm, bn, bk), acc_dt)[:, :m, :n]
+    with one_thread():
+        acc = _products(a_pad, b_pad, (gy, gx, steps), (bm, bn, bk), acc_dt)[:, :m, :n]
     if split > 1:
         # partials of slice s of batch b at ((b * split + s) * m * n)
         _store(space, int(args["c"]), ptr_dtype["c"], acc, (m * n, n, 1))

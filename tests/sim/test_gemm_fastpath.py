@@ -213,3 +213,29 @@ def test_a_gemm_whose_tape_is_too_large_to_keep_still_takes_the_fast_path():
     got, _ = _launches(g, 48, 40, 64, 2, 5, small)
     assert got == _launches(g, 48, 40, 64, 2, 5, None)[0]
     assert small.fast_launches == 0 and small.interpreted == LAUNCHES - 1
+
+
+def test_the_fast_path_multiplies_on_one_blas_thread_and_gives_the_setting_back(monkeypatch):
+    """numpy's BLAS runs on one thread inside a fast path's products (a small product split
+    over threads can stall a shared host for a whole time slice) and on the caller's setting
+    outside; the launches give the interpreter's bits with the caller on two threads."""
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    def blas_threads():
+        return ThreadpoolController().select(user_api="blas").info()[0]["num_threads"]
+    seen = []
+    original = fastpath._products
+
+    def spy(*args):
+        seen.append(blas_threads())
+        return original(*args)
+    monkeypatch.setattr(fastpath, "_products", spy)
+    v = blas.GemmVariant("float32", "float32", (32, 32, 16), trans_b=True)
+    with threadpool_limits(limits=2, user_api="blas"):
+        replays = ReplayCache()
+        fast, _ = _launches(v, 96, 80, 64, 1, 5, replays)
+        after = blas_threads()
+    plain, _ = _launches(v, 96, 80, 64, 1, 5, None)
+    assert replays.fast_launches == LAUNCHES - 2 and seen and set(seen) == {1}
+    assert after == 2
+    assert fast == plain
