@@ -31,12 +31,12 @@ import numpy as np
 from . import fastpath, isa
 from .arithmetic import cast
 from .counters import Counters, PriceMemo, Ranges
-from .interpreter import (BINARY, UNARY, Args, Grid, Interpreter, PointerDtypes, check_arguments,
-                          chunk_instances, pointer_dtypes)
+from .interpreter import (BINARY, REDUCE, UNARY, Args, Grid, Interpreter, PointerDtypes,
+                          check_arguments, chunk_instances, pointer_dtypes)
 from .lanes import Lanes, frozen
 from .memory import AddressSpace
 from .recorder import DYNAMIC, PLAIN_BINARY, PLAIN_UNARY, How, Recorder, RecordingInterpreter
-from .tiles import Tile
+from .tiles import Tile, align, compute_dtype, operand
 
 #: bytes of static registers all of one cache's recordings together may hold (least recently
 #: used recordings go first); a single recording larger than an eighth of it is not kept
@@ -93,14 +93,15 @@ Operation = Callable[[dict[str, Tile], Args, AddressSpace, _Replay], None]
 
 def _operation(ins: object, how: How, n: int) -> Operation:
     """A tape entry as a function doing what :meth:`Interpreter.step` does with counting
-    off (the general path itself when there is no faster form)."""
+    off (the general path itself when there is no faster form).  A tape runs inside
+    :meth:`ReplayCache.execute`, whose ``np.errstate`` silences floating-point warnings as
+    the interpreter's own does per instruction."""
     if how == PLAIN_BINARY and isinstance(ins, isa.Binary):
         fn2, a, b, dst = BINARY[ins.fn], ins.a, ins.b, ins.dst
 
         def binary(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
             x = regs[a]
-            with np.errstate(all="ignore"):
-                y = fn2(x, regs[b])
+            y = fn2(x, regs[b])
             regs[dst] = y if y.dtype == np.bool_ else cast(y, x.dtype)
         return binary
     if how == PLAIN_UNARY and isinstance(ins, isa.Unary):
@@ -108,14 +109,17 @@ def _operation(ins: object, how: How, n: int) -> Operation:
 
         def unary(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
             x = regs[src]
-            with np.errstate(all="ignore"):
-                y = fn1(x)
+            y = fn1(x)
             regs[dst] = y if y.dtype == np.bool_ else cast(y, x.dtype)
         return unary
     if how == DYNAMIC:
         def dynamic(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
             replay.dynamic(ins, n)
         return dynamic
+    if how is None:
+        direct = _direct(ins, n)
+        if direct is not None:
+            return direct
     if isinstance(how, Lanes) and isinstance(ins, isa.Load):
         return _load(ins, how)
     if isinstance(how, Lanes) and isinstance(ins, isa.Store):
@@ -124,6 +128,64 @@ def _operation(ins: object, how: How, n: int) -> Operation:
     def general(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
         replay.general(ins, n)
     return general
+
+
+def _direct(ins: object, n: int) -> Operation | None:
+    """A binary or unary that needs alignment or widening, a where, a convert or a reduce,
+    as :meth:`Interpreter.step` runs it on a launch's plain registers with counting off,
+    without its dispatch (None: the general path, which also reports anything wrong)."""
+    if isinstance(ins, isa.Binary):
+        fn2, a_, b_, dst, bitwise = BINARY[ins.fn], ins.a, ins.b, ins.dst, ins.fn in isa.BITWISE
+
+        def binary(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
+            a, b = align(regs[a_], regs[b_])
+            if a.dtype != b.dtype or (bitwise and a.dtype.kind not in "iu"):
+                replay.general(ins, n)
+                return
+            try:
+                y = fn2(compute_dtype(a), compute_dtype(b))
+            except ValueError:
+                replay.general(ins, n)
+                return
+            regs[dst] = y if y.dtype == np.bool_ else cast(y, a.dtype)
+        return binary
+    if isinstance(ins, isa.Unary) and ins.fn != "tf32":
+        fn1, src, dst = UNARY[ins.fn], ins.src, ins.dst
+
+        def unary(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
+            x = regs[src]
+            y = fn1(compute_dtype(x))
+            regs[dst] = y if y.dtype == np.bool_ else cast(y, x.dtype)
+        return unary
+    if isinstance(ins, isa.Where):
+        c_, a_, b_, dst = ins.cond, ins.a, ins.b, ins.dst
+
+        def where(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
+            a, b = align(regs[a_], regs[b_])
+            cond, a = align(regs[c_], a)
+            cond, b = align(cond, b)
+            regs[dst] = np.where(cond.astype(bool), a, b)
+        return where
+    if isinstance(ins, isa.Convert):
+        src, dst, to = ins.src, ins.dst, isa.np_dtype(ins.dtype)
+
+        def convert(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
+            regs[dst] = operand(regs[src], to)
+        return convert
+    if isinstance(ins, isa.Reduce):
+        fn, src, dst, at = REDUCE[ins.fn], ins.src, ins.dst, ins.axis
+        index = ins.fn in isa.ARG_REDUCE
+        i64 = np.dtype(np.int64)
+
+        def reduce(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
+            x = regs[src]
+            if not -x.ndim + 1 <= at < x.ndim - 1:
+                replay.general(ins, n)          # the interpreter says what is wrong
+                return
+            y = fn(compute_dtype(x), axis=at + 1 if at >= 0 else at, keepdims=True)
+            regs[dst] = cast(y, i64 if index else x.dtype)
+        return reduce
+    return None
 
 
 def _load(ins: isa.Load, how: Lanes) -> Operation:
