@@ -13,6 +13,7 @@ checksum, so a truncated or corrupted image is detected at load.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import struct
@@ -33,8 +34,9 @@ class KernelBinary:
     producer: str = ""                 # who built it ("cuda-like compiler", "rocm-like library", ...)
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
+        """A short SHA-256 of the format, target and bytes (computed once: all three are fixed)."""
         return hashlib.sha256(self.format.encode() + b"\0" + self.target.encode() + b"\0"
                               + self.data).hexdigest()[:16]
 
