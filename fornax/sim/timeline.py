@@ -90,7 +90,7 @@ class Semaphore:
         return self._history[bisect.bisect_left(self._history, value, key=_value_of)][1]
 
 
-@dataclass
+@dataclass(slots=True)
 class Packet:
     engine: str                                   # "compute", "copy" or a peer-link engine
     work: Callable[[], float]                     # runs the functional effect, returns duration (s)

@@ -143,29 +143,10 @@ class QueueBase:
     def _kernel_work(self, program: Program, entry: str, grid: tuple[int, int, int],
                      args: KernelArgs) -> Work:
         """The functional effect and cost of one kernel, run when its packet executes."""
-        d, space, device = self.driver, self.ctx.space, self.device
-        saved = 1.0 - self.launch_scale          # fixed at dispatch, like the launch path taken
-        seq = d.counts["launches"]               # this launch's number (it runs later, in queue order)
-
-        def work() -> float:
-            counters, cost = device.run_kernel(space, program, grid, args)
-            # migrations / remote reads of managed memory (none to look for without managed memory)
-            extra = d.managed_device_access(
-                device, space, [*counters.read_ranges.values(), *counters.write_ranges.values()]
-            ) if d._managed else 0.0
-            duration = cost.duration_s - saved * cost.launch_s
-            flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
-            d.kernel_log.append(KernelRecord(entry, grid, duration, flops,
-                                             counters.bytes_read + counters.bytes_written, cost.bound,
-                                             seq))
-            device.timeline.annotate(
-                reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
-                writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
-                grid=grid, flops=flops, bytes=counters.bytes_read + counters.bytes_written,
-                bound=cost.bound)
-            return duration + extra
-
-        return work
+        # what the launch path took is fixed at dispatch: the share of the launch latency
+        # saved, and this launch's number (it runs later, in queue order)
+        return _KernelWork(self, program, entry, grid, args, 1.0 - self.launch_scale,
+                           self.driver.counts["launches"])
 
     def prefetch(self, address: int, nbytes: int) -> None:
         """Migrate managed memory to the device ahead of use, in queue order, on a copy
@@ -367,3 +348,36 @@ class QueueBase:
             self.device.timeline.wait(self.sem, self.submitted)
         except SimError as exc:
             raise d.fault(self.ctx, exc, "synchronize") from None
+
+
+class _KernelWork:
+    """One kernel's functional effect and cost (:meth:`QueueBase._kernel_work`), called when its
+    packet runs: one object per launch (a closure over the same values made one per value)."""
+
+    __slots__ = ("queue", "program", "entry", "grid", "args", "saved", "seq")
+
+    def __init__(self, queue: QueueBase, program: Program, entry: str, grid: tuple[int, int, int],
+                 args: KernelArgs, saved: float, seq: int):
+        self.queue, self.program, self.entry, self.grid, self.args = queue, program, entry, grid, args
+        self.saved, self.seq = saved, seq
+
+    def __call__(self) -> float:
+        q = self.queue
+        d, space, device = q.driver, q.ctx.space, q.device
+        program, grid = self.program, self.grid
+        counters, cost = device.run_kernel(space, program, grid, self.args)
+        # migrations / remote reads of managed memory (none to look for without managed memory)
+        extra = d.managed_device_access(
+            device, space, [*counters.read_ranges.values(), *counters.write_ranges.values()]
+        ) if d._managed else 0.0
+        duration = cost.duration_s - self.saved * cost.launch_s
+        flops = sum(counters.matrix_flops.values()) + sum(counters.vector_flops.values())
+        d.kernel_log.append(KernelRecord(self.entry, grid, duration, flops,
+                                         counters.bytes_read + counters.bytes_written, cost.bound,
+                                         self.seq))
+        device.timeline.annotate(
+            reads=[(lo, hi, name) for name, (lo, hi) in counters.read_ranges.items()],
+            writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
+            grid=grid, flops=flops, bytes=counters.bytes_read + counters.bytes_written,
+            bound=cost.bound)
+        return duration + extra
