@@ -178,6 +178,30 @@ def test_saved_activations_keep_the_programs_layout(vendor):
     assert rows("fallback") == []
 
 
+def test_a_saved_activation_that_is_also_a_user_output_keeps_eagers_strides():
+    """``y`` is returned (a transposed view: eager's strides) and saved for ``sin``'s backward:
+    the user's ``y`` keeps its strides, the saved one may be contiguous, gradients match."""
+    ft.use_stack("cuda-like")
+    torch.manual_seed(4)
+    w = torch.randn(5, 3)
+
+    def f(x, w):
+        y = (x @ w).t()
+        return y, y.sin()
+
+    x = torch.randn(4, 5, requires_grad=True)
+    ry, rs = f(x, w)
+    (ry.sum() + rs.square().sum()).backward()
+    ref_grad = x.grad.clone()
+    xd = x.detach().to("fornax").requires_grad_()
+    y, s = torch.compile(f, backend="fornax", dynamic=False)(xd, w.to("fornax"))
+    assert y.stride() == ry.stride() == (1, 3)
+    (y.sum() + s.square().sum()).backward()
+    close(y, ry)
+    close(s, rs)
+    close(xd.grad, ref_grad)
+
+
 def test_outputs_land_on_the_device_torch_says():
     ft.use_stack("cuda-like")
 

@@ -464,8 +464,8 @@ def _pack(structure, outs):
 
 
 def _meta(info: OpInfo, op, args, kwargs):
-    """(output metas, how they pack) from running ``op`` on meta tensors, or why the device
-    cannot run it (:class:`_Unlowerable`), or a :class:`_Native` with nothing to compute."""
+    """(output metas, how they pack: None for one tensor, else their count) from running
+    ``op`` on meta tensors, or why the device cannot run it (:class:`_Unlowerable`)."""
     tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
     for t in tensors:
         if t.dtype not in TORCH_TO_DTYPE:

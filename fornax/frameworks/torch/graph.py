@@ -580,18 +580,13 @@ class Program:
     def _outputs(self, output_node: torch.fx.Node, env: dict, args, device: bool):
         sources = {id(a) for a in args if isinstance(a, torch.Tensor)}
         sources |= {id(t) for t in self.attrs.values()}
-        flat = output_node.args[0]
-        natural = {id(flat[i]) for i in self.natural} if isinstance(flat, (list, tuple)) else set()
 
-        def out(n):
+        def out(n, natural: bool = False):
             if not isinstance(n, torch.fx.Node):
                 return n
             t = env[n]
             if not isinstance(t, torch.Tensor) or n.op == "placeholder":
                 return t
-            if id(n) in natural:                 # a saved activation: contiguous, as reported
-                t = t if t.is_contiguous() else t.contiguous()
-                return t.clone() if id(t) in sources else t
             meta = n.meta.get("val")
             if isinstance(meta, torch.Tensor) and meta.device.type != self.traced_on:
                 # an explicit transfer in the program (x.cpu(), device="fornax"): where torch says
@@ -600,6 +595,8 @@ class Program:
                 elif meta.device.type == T.DEVICE and not T.is_fornax(t):
                     t = T.to_device(t.detach())
             want = tuple(meta.stride()) if isinstance(meta, torch.Tensor) else None
+            if natural and want is not None:    # a saved activation: contiguous, as reported
+                want = tuple(T.contiguous_strides(tuple(meta.shape)))
             if want is not None and meta.numel() > 1 and tuple(t.shape) == tuple(meta.shape) and \
                     want != tuple(t.stride()):
                 r = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
@@ -608,7 +605,11 @@ class Program:
             if id(t) in sources:                 # a copy the graph made must not alias its input
                 return t.clone()
             return t
-        return map_aggregate(output_node.args[0], out)
+        flat = output_node.args[0]
+        if self.natural and type(flat) in (list, tuple, torch.fx.immutable_collections.immutable_list):
+            # by position: a node may also be a user output, which keeps eager's strides
+            return type(flat)(out(n, i in self.natural) for i, n in enumerate(flat))
+        return map_aggregate(flat, out)
 
     def _run_node(self, step: _TorchStep, env: dict, device: bool) -> None:
         node = step.node
