@@ -594,11 +594,12 @@ class Program:
                     t = T.read(t)
                 elif meta.device.type == T.DEVICE and not T.is_fornax(t):
                     t = T.to_device(t.detach())
-            want = tuple(meta.stride()) if isinstance(meta, torch.Tensor) else None
-            if natural and want is not None:    # a saved activation: contiguous, as reported
-                want = tuple(T.contiguous_strides(tuple(meta.shape)))
-            if want is not None and meta.numel() > 1 and tuple(t.shape) == tuple(meta.shape) and \
-                    want != tuple(t.stride()):
+            if isinstance(meta, torch.Tensor) and meta.numel() > 1 and tuple(t.shape) == tuple(meta.shape):
+                # a saved activation is contiguous, as reported; anything else has eager's strides
+                want = T.contiguous_strides(tuple(meta.shape)) if natural else tuple(meta.stride())
+            else:
+                want = None
+            if want is not None and want != tuple(t.stride()):
                 r = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
                 r.copy_(t)
                 return r
@@ -606,9 +607,10 @@ class Program:
                 return t.clone()
             return t
         flat = output_node.args[0]
-        if self.natural and type(flat) in (list, tuple, torch.fx.immutable_collections.immutable_list):
+        if self.natural and isinstance(flat, (list, tuple)):
             # by position: a node may also be a user output, which keeps eager's strides
-            return type(flat)(out(n, i in self.natural) for i, n in enumerate(flat))
+            picked = [out(n, i in self.natural) for i, n in enumerate(flat)]
+            return tuple(picked) if isinstance(flat, tuple) else picked
         return map_aggregate(flat, out)
 
     def _run_node(self, step: _TorchStep, env: dict, device: bool) -> None:
