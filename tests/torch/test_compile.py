@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import fornax.frameworks.torch as ft
 from fornax.frameworks.torch import graph as G
+from fornax.frameworks.torch.exported import export
 from fornax.frameworks.torch import session as S
 from fornax.layers.errors import CompileError, InvalidArgumentError
 from fornax.layers.graph import Graph
@@ -264,7 +265,7 @@ def test_export_of_a_split_program_shows_its_pieces():
     ft.use_stack("cuda-like")
     m = Quantised().eval()
     x = torch.randn(3, 6)
-    e = G.export(m, (x,))
+    e = export(m, (x,))
     close(e(x), m(x))
     assert e.graph is None                                         # split: see .graphs
     assert len(e.graphs) == 2 and all(isinstance(g, Graph) for g in e.graphs)
@@ -372,7 +373,7 @@ def test_export_mlp():
     ft.use_stack("cuda-like")
     m = mlp(8, 16, 3)
     x = torch.randn(5, 8)
-    e = G.export(m, (x,))
+    e = export(m, (x,))
     close(e(x), m(x))
     g = e.graph
     assert isinstance(g, Graph)
@@ -414,7 +415,7 @@ def test_export_cnn():
         m.bn.running_var.uniform_(0.5, 2.0)
     m.eval()
     x = torch.randn(2, 3, 10, 10)
-    e = G.export(m, (x,))
+    e = export(m, (x,))
     close(e(x), m(x))
     assert e.program.fallbacks == []
     assert sum(n.op == "convolution" for n in e.graph.nodes) == 2

@@ -48,7 +48,7 @@ def stack():
 def export(model, args, kwargs=None):
     """``torch.export`` the model, lower its core-ATen program into fornax graphs compiled by
     the active stack, and return a callable taking the model's inputs (see :mod:`.graph`)."""
-    from .graph import export as _export
+    from .exported import export as _export
     return _export(model, args, kwargs)
 
 

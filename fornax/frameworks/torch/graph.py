@@ -1,4 +1,5 @@
-"""The PyTorch graph path: ``torch.compile(model, backend="fornax")`` and :func:`export`.
+"""The PyTorch graph path: ``torch.compile(model, backend="fornax")`` and ``export``
+(:func:`.exported.export`).
 
 Both paths end in an FX graph of core ATen ops and lower it node by node with
 :mod:`.lowering` into fornax graph IR, compiled by the active stack's compiler seam:
@@ -8,9 +9,9 @@ Both paths end in an FX graph of core ATen ops and lower it node by node with
   :func:`decompositions` (PyTorch's core ATen table); the forward, backward and
   inference graphs it produces (functionalized: views are functional ops here) are each
   lowered into a :class:`Program`.
-* **torch.export** — :func:`export` runs ``torch.export.export`` and
+* **torch.export** — :func:`.exported.export` runs ``torch.export.export`` and
   ``run_decompositions`` with the same table and lowers the result; the returned
-  :class:`Exported` is called like the module (parameters and buffers are fed from the
+  :class:`.exported.Exported` is called like the module (parameters and buffers are fed from the
   exported program's state dict) and shows its fornax graph (``.graph``).
 
 How a :class:`Program` runs:
@@ -75,7 +76,7 @@ empty pieces, and ``empty*`` lower as zeros: :mod:`.fx_rewrites`); exported prog
 without autograd, and buffers an exported program mutates (BatchNorm in training) are
 updated in the :class:`Exported`'s own copy of the state dict, not in the module; graphs
 whose inputs are ``torch.Generator`` s, opaque objects or effect tokens are not supported
-by :func:`export`.
+by :func:`.exported.export`.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_aggregate
 import torch.utils._pytree as pytree
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_map
 
 from ...layers.errors import (BinaryError, CompileError, FornaxError, GraphError, InvalidArgumentError,
                               NotSupportedError)
@@ -749,95 +750,5 @@ def _release(segments) -> None:
                     pass
 
 
-# ---------------------------------------------------------------------------------------------
-# torch.export
-class Exported:
-    """A ``torch.export`` program lowered to fornax graphs; call it like the module.
-
-    ``.graph`` is the fornax graph (when it lowered whole), ``.program`` the
-    :class:`Program` (``.graphs``, ``.fallbacks``, ``str()``), ``.exported`` PyTorch's
-    ``ExportedProgram`` after the core ATen decompositions."""
-
-    def __init__(self, ep, name: str):
-        self.exported = ep
-        self.program = Program(ep.graph_module, name)
-        self.state = {k: v.detach() for k, v in ep.state_dict.items()}
-        self.constants = dict(ep.constants)
-        self._on_device: dict = {}
-
-    @property
-    def graph(self) -> Graph | None:
-        return self.program.graph
-
-    @property
-    def graphs(self) -> list[Graph]:
-        return self.program.graphs
-
-    def __str__(self) -> str:
-        return str(self.program)
-
-    def _lifted(self, target: str, table: dict, device: bool):
-        t = table[target]
-        if not device or not isinstance(t, torch.Tensor) or T.is_fornax(t):
-            return t
-        key = (current().id, target)
-        if key not in self._on_device:
-            self._on_device[key] = T.to_device(t.detach())
-        return self._on_device[key]
-
-    def __call__(self, *args, **kwargs):
-        from torch.export.graph_signature import InputKind, OutputKind
-
-        ep = self.exported
-        flat, spec = tree_flatten((args, kwargs))
-        if spec != ep.call_spec.in_spec:
-            raise InvalidArgumentError(
-                f"the exported program takes inputs shaped like {ep.call_spec.in_spec}, got {spec}",
-                seam="framework", op=self.program.name,
-                hint="call it with the same argument structure as the example passed to export()")
-        device = any(T.is_fornax(a) for a in flat)
-        if device:
-            hazards.before_use(current(), flat)
-        user = iter(flat)
-        feeds = []
-        for s in ep.graph_signature.input_specs:
-            if s.kind == InputKind.USER_INPUT:
-                feeds.append(next(user))
-            elif s.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-                feeds.append(self._lifted(s.target, self.state, device))
-            elif s.kind == InputKind.CONSTANT_TENSOR:
-                feeds.append(self._lifted(s.target, self.constants, device))
-            else:
-                raise NotSupportedError(f"exported input {s.arg.name} of kind {s.kind.name} is not "
-                                        "supported by the fornax export path", seam="framework",
-                                        op=self.program.name)
-        outs = self.program(*feeds)
-        user_outs = []
-        for s, o in zip(ep.graph_signature.output_specs, outs):
-            if s.kind == OutputKind.USER_OUTPUT:
-                user_outs.append(o)
-            elif s.kind == OutputKind.BUFFER_MUTATION:
-                self.state[s.target] = o.cpu() if not T.is_fornax(self.state[s.target]) else o
-                self._on_device.pop((current().id, s.target), None)
-            elif s.kind == OutputKind.USER_INPUT_MUTATION:
-                target = flat[[i.arg.name for i in ep.graph_signature.input_specs
-                               if i.kind == InputKind.USER_INPUT].index(s.target)]
-                target.copy_(o)
-        return tree_unflatten(user_outs, ep.call_spec.out_spec)
-
-
-def export(model, args, kwargs=None, *, name: str | None = None) -> Exported:
-    """``torch.export.export(model, args)`` decomposed to core ATen and lowered to fornax graphs.
-
-    Returns an :class:`Exported`: call it with inputs shaped like ``args`` / ``kwargs``
-    (CPU or ``fornax`` tensors; outputs come back on the same device), print it or its
-    ``.graph`` to see the fornax graph.  Nodes without a lowering run with PyTorch on the
-    CPU (``.program.fallbacks``)."""
-    ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs) if kwargs else None)
-    ep = ep.run_decompositions(decompositions())
-    label = name or type(model).__name__.lower()
-    return Exported(ep, _next_name(f"export_{_safe(label)}_"))
-
-
-__all__ = ["BACKEND", "Exported", "Program", "decompositions", "export", "fornax_backend",
+__all__ = ["BACKEND", "Program", "decompositions", "fornax_backend",
            "register_backend", "skip_fornax_frames"]
