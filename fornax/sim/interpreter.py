@@ -154,6 +154,36 @@ def check_arguments(program: isa.Program, names: Sequence[str], args: Args) -> N
         raise ExecutionError(f"kernel {program.name!r}: missing argument(s) {', '.join(missing)}")
 
 
+
+# -- the value of one instruction, shared with the replay (fornax.sim.replay) ---------------------
+def unary_value(fn: str, x: Tile) -> Tile:
+    """A unary in ``x``'s compute dtype, back in ``x``'s dtype (a bool result stays bool)."""
+    y = UNARY[fn](compute_dtype(x))
+    return y if y.dtype == np.bool_ else cast(y, x.dtype)
+
+
+def binary_value(fn: str, a: Tile, b: Tile) -> Tile:
+    """A binary of two aligned tiles of one dtype, computed as :func:`unary_value` is; raises
+    ValueError when their shapes do not broadcast."""
+    y = BINARY[fn](compute_dtype(a), compute_dtype(b))
+    return y if y.dtype == np.bool_ else cast(y, a.dtype)
+
+
+def where_value(cond: Tile, a: Tile, b: Tile) -> Tile:
+    """``a`` where ``cond`` holds, else ``b``, the three aligned."""
+    a, b = align(a, b)
+    cond, a = align(cond, a)
+    cond, b = align(cond, b)
+    return np.where(cond.astype(bool), a, b)
+
+
+def reduce_value(fn: str, x: Tile, axis: int) -> Tile:
+    """A reduction of ``x`` (instances first) along tile axis ``axis`` (in range), kept as a
+    length-1 axis: in the compute dtype, back in ``x``'s dtype (int64 for an arg-reduction)."""
+    y = REDUCE[fn](compute_dtype(x), axis=axis + 1 if axis >= 0 else axis, keepdims=True)
+    return cast(y, np.dtype(np.int64) if fn in isa.ARG_REDUCE else x.dtype)
+
+
 class Interpreter:
     """Runs one launch of a program: its registers, its counters, its pending reductions.
 
@@ -257,9 +287,7 @@ class Interpreter:
         elif isinstance(ins, isa.Unary):
             x = regs[ins.src]
             with np.errstate(all="ignore"):
-                y = UNARY[ins.fn](compute_dtype(x))
-            if y.dtype != np.bool_:
-                y = cast(y, x.dtype)
+                y = unary_value(ins.fn, x)
             if self.counting:
                 c.add_flops(c.vector_flops, dtype_name(x), y.size * (n if y.shape[0] == 1 else 1))
             regs[ins.dst] = y
@@ -276,22 +304,16 @@ class Interpreter:
                 self.fail(ins, f"bit operation {ins.fn} needs integer tiles, got {dtype_name(a)}")
             try:
                 with np.errstate(all="ignore"):
-                    y = BINARY[ins.fn](compute_dtype(a), compute_dtype(b))
+                    y = binary_value(ins.fn, a, b)
             except ValueError as exc:
                 self.fail(ins, f"tile shapes {a.shape[1:]} and {b.shape[1:]} do not broadcast ({exc})")
-            if y.dtype != np.bool_:
-                y = cast(y, a.dtype)
             if self.counting:
                 c.add_flops(c.vector_flops, dtype_name(a), y.size * (n if y.shape[0] == 1 else 1))
             regs[ins.dst] = y
         elif isinstance(ins, isa.Where):
             if isinstance(regs, Registers) and self._prefix_where(ins, regs):
                 return
-            cond = regs[ins.cond]
-            a, b = align(regs[ins.a], regs[ins.b])
-            cond, a = align(cond, a)
-            cond, b = align(cond, b)
-            regs[ins.dst] = np.where(cond.astype(bool), a, b)
+            regs[ins.dst] = where_value(regs[ins.cond], regs[ins.a], regs[ins.b])
         elif isinstance(ins, isa.Convert):
             # to its own dtype, a C-contiguous register is what the copy would be (registers
             # are never written in place, so the two may share it)
@@ -311,9 +333,7 @@ class Interpreter:
             x = regs[ins.src]
             if not -x.ndim + 1 <= ins.axis < x.ndim - 1:
                 self.fail(ins, f"axis {ins.axis} out of range for tile {x.shape[1:]}")
-            axis = ins.axis + 1 if ins.axis >= 0 else ins.axis
-            y = REDUCE[ins.fn](compute_dtype(x), axis=axis, keepdims=True)
-            y = cast(y, np.dtype(np.int64) if ins.fn in isa.ARG_REDUCE else x.dtype)
+            y = reduce_value(ins.fn, x, ins.axis)
             if self.counting:
                 c.add_flops(c.vector_flops, dtype_name(x), x.size)
             regs[ins.dst] = y

@@ -31,12 +31,13 @@ import numpy as np
 from . import fastpath, isa
 from .arithmetic import cast
 from .counters import Counters, PriceMemo, Ranges
-from .interpreter import (BINARY, REDUCE, UNARY, Args, Grid, Interpreter, PointerDtypes,
-                          check_arguments, chunk_instances, pointer_dtypes)
+from .interpreter import (BINARY, UNARY, Args, Grid, Interpreter, PointerDtypes, binary_value,
+                          check_arguments, chunk_instances, pointer_dtypes, reduce_value, unary_value,
+                          where_value)
 from .lanes import Lanes, frozen
 from .memory import AddressSpace
 from .recorder import DYNAMIC, PLAIN_BINARY, PLAIN_UNARY, How, Recorder, RecordingInterpreter
-from .tiles import Tile, align, compute_dtype, operand
+from .tiles import Tile, align, operand
 
 #: bytes of static registers all of one cache's recordings together may hold (least recently
 #: used recordings go first); a single recording larger than an eighth of it is not kept
@@ -132,10 +133,11 @@ def _operation(ins: object, how: How, n: int) -> Operation:
 
 def _direct(ins: object, n: int) -> Operation | None:
     """A binary or unary that needs alignment or widening, a where, a convert or a reduce,
-    as :meth:`Interpreter.step` runs it on a launch's plain registers with counting off,
-    without its dispatch (None: the general path, which also reports anything wrong)."""
+    computed as :meth:`Interpreter.step` computes it (the same value functions) on a launch's
+    plain registers with counting off, without its dispatch (None: the general path, which
+    also reports anything wrong)."""
     if isinstance(ins, isa.Binary):
-        fn2, a_, b_, dst, bitwise = BINARY[ins.fn], ins.a, ins.b, ins.dst, ins.fn in isa.BITWISE
+        fn, a_, b_, dst, bitwise = ins.fn, ins.a, ins.b, ins.dst, ins.fn in isa.BITWISE
 
         def binary(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
             a, b = align(regs[a_], regs[b_])
@@ -143,28 +145,21 @@ def _direct(ins: object, n: int) -> Operation | None:
                 replay.general(ins, n)
                 return
             try:
-                y = fn2(compute_dtype(a), compute_dtype(b))
+                regs[dst] = binary_value(fn, a, b)
             except ValueError:
                 replay.general(ins, n)
-                return
-            regs[dst] = y if y.dtype == np.bool_ else cast(y, a.dtype)
         return binary
-    if isinstance(ins, isa.Unary) and ins.fn != "tf32":
-        fn1, src, dst = UNARY[ins.fn], ins.src, ins.dst
+    if isinstance(ins, isa.Unary) and ins.fn != "tf32":      # the interpreter tracks tf32 registers
+        fn, src, dst = ins.fn, ins.src, ins.dst
 
         def unary(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
-            x = regs[src]
-            y = fn1(compute_dtype(x))
-            regs[dst] = y if y.dtype == np.bool_ else cast(y, x.dtype)
+            regs[dst] = unary_value(fn, regs[src])
         return unary
     if isinstance(ins, isa.Where):
         c_, a_, b_, dst = ins.cond, ins.a, ins.b, ins.dst
 
         def where(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
-            a, b = align(regs[a_], regs[b_])
-            cond, a = align(regs[c_], a)
-            cond, b = align(cond, b)
-            regs[dst] = np.where(cond.astype(bool), a, b)
+            regs[dst] = where_value(regs[c_], regs[a_], regs[b_])
         return where
     if isinstance(ins, isa.Convert):
         src, dst, to = ins.src, ins.dst, isa.np_dtype(ins.dtype)
@@ -173,17 +168,14 @@ def _direct(ins: object, n: int) -> Operation | None:
             regs[dst] = operand(regs[src], to)
         return convert
     if isinstance(ins, isa.Reduce):
-        fn, src, dst, at = REDUCE[ins.fn], ins.src, ins.dst, ins.axis
-        index = ins.fn in isa.ARG_REDUCE
-        i64 = np.dtype(np.int64)
+        fn, src, dst, at = ins.fn, ins.src, ins.dst, ins.axis
 
         def reduce(regs: dict[str, Tile], args: Args, space: AddressSpace, replay: _Replay) -> None:
             x = regs[src]
             if not -x.ndim + 1 <= at < x.ndim - 1:
                 replay.general(ins, n)          # the interpreter says what is wrong
                 return
-            y = fn(compute_dtype(x), axis=at + 1 if at >= 0 else at, keepdims=True)
-            regs[dst] = cast(y, i64 if index else x.dtype)
+            regs[dst] = reduce_value(fn, x, at)
         return reduce
     return None
 
