@@ -436,7 +436,7 @@ def _lifted_entry(session: Session, info: OpInfo, op, args, kwargs, key):
     tensors = _tensors(args, kwargs)
     if any(m is None or 0 in m.shape for m in outs) or any(t.numel() == 0 for t in tensors):
         return None, []
-    largs, lkwargs = _lifted.marked(args, kwargs)
+    largs, lkwargs, flat = _lifted.marked(args, kwargs)
     try:
         g, ctx, present = _lower(info, op, largs, lkwargs, outs)
     except NotLowerable:
@@ -453,7 +453,6 @@ def _lifted_entry(session: Session, info: OpInfo, op, args, kwargs, key):
         _evict(session)
     if isinstance(entry, _Unlowerable):
         return None, []
-    flat = tree_flatten((args, kwargs))[0]
     return entry, [(flat[slot], dt) for slot, dt in ctx.lifted]
 
 

@@ -61,8 +61,7 @@ def dropout(session: Session, args: tuple, kwargs: dict, cached_plan: Callable[.
     shape = tuple(x.shape)
     # CPU's kernel: mask = empty_like(input).bernoulli_(1 - p), from the default generator
     host = torch.empty(shape, dtype=x.dtype).bernoulli_(1.0 - p).bool()
-    mask = T.empty(shape, torch.bool, session=session)
-    session.runtime.memcpy_h2d(T.address(mask, session), host.numpy().reshape(-1).view(np.uint8), stream)
+    mask = T.staged(host.numpy(), shape, torch.bool, session, stream)
     scale = 1.0 / (1.0 - p)
     plan = cached_plan(session, ("native_dropout", shape, x.dtype, scale),
                        lambda: _graph(shape, x.dtype, scale))

@@ -61,12 +61,13 @@ def varying(session: Session, key: tuple, args: Any, kwargs: Any) -> bool:
     return bool(seen != values)
 
 
-def marked(args: Any, kwargs: Any) -> tuple[Any, Any]:
-    """``args``/``kwargs`` with every float a :class:`Lifted` that knows its flat position."""
+def marked(args: Any, kwargs: Any) -> tuple[Any, Any, list[Any]]:
+    """``args``/``kwargs`` with every float a :class:`Lifted` that knows its position in the
+    flattened arguments, and those flattened arguments (a Lifted's ``slot`` indexes them)."""
     flat, spec = tree_flatten((args, kwargs))
-    flat = [Lifted(x, i) if type(x) is float else x for i, x in enumerate(flat)]
-    largs, lkwargs = tree_unflatten(flat, spec)
-    return largs, lkwargs
+    largs, lkwargs = tree_unflatten([Lifted(x, i) if type(x) is float else x for i, x in enumerate(flat)],
+                                    spec)
+    return largs, lkwargs, flat
 
 
 def plan_key(key: tuple, g: Graph) -> tuple:
@@ -92,12 +93,9 @@ def room(session: Session, key: tuple) -> bool:
 def upload(session: Session, value: float, dt: DType, temps: list, stream: Any) -> int:
     """A 0-d device buffer holding ``value`` as ``dt`` (converted as a compiled constant is),
     kept alive in ``temps``; its address."""
-    data = np.array(float(value)).astype(dt.numpy).reshape(1)
-    t = T.empty((), DTYPE_TO_TORCH[dt], session=session)
+    t = T.staged(np.array(float(value)).astype(dt.numpy), (), DTYPE_TO_TORCH[dt], session, stream)
     temps.append(t)
-    address = T.address(t, session)
-    session.runtime.memcpy_h2d(address, data.view(np.uint8), stream)
-    return address
+    return T.address(t, session)
 
 
 __all__ = ["Lifted", "PLANS_PER_SIGNATURE", "abstract", "marked", "plan_key", "room", "upload", "varying"]

@@ -246,6 +246,16 @@ def write(t: torch.Tensor, src: torch.Tensor) -> None:
         session.runtime.stream_synchronize(stream)
 
 
+def staged(host: np.ndarray, shape: tuple, dtype: torch.dtype, session: Session, stream) -> torch.Tensor:
+    """A new contiguous fornax tensor of ``shape``/``dtype`` holding the bytes of ``host`` (C
+    order), copied in ``stream``'s order without a wait: the runtime stages the bytes when the
+    copy is submitted, so ``host`` may change afterwards."""
+    t = empty(shape, dtype, session=session)
+    session.runtime.memcpy_h2d(address(t, session), np.ascontiguousarray(host).reshape(-1).view(np.uint8),
+                               stream)
+    return t
+
+
 def _as_numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype in _VIEW_AS:
         t = t.view(_VIEW_AS[t.dtype][1])
