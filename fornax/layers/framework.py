@@ -400,10 +400,26 @@ def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
     return first, last
 
 
+def _releases(plan: CompiledGraph, placed: set[int]) -> dict[int, list[int]]:
+    """Step index -> the buffers released after it (a memory-plan slot as ``-1 - slot``), for
+    a call whose caller placed the buffers in ``placed``."""
+    _, last = _lifetimes(plan)
+    mem = plan.memory
+    slot_of = mem.slots if mem is not None else {}
+    release: dict[int, list[int]] = {}
+    for bid, i in last.items():
+        if bid not in placed and bid not in slot_of:
+            release.setdefault(i, []).append(bid)
+    for n, (_, end) in enumerate(mem.slot_span if mem is not None else ()):
+        release.setdefault(end, []).append(-1 - n)         # a slot: negative key
+    return release
+
+
 def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, library: Library | None,
                module: Module | None, stream: Stream | None,
                collective: CollectiveHandler | None = None,
-               keep: frozenset[int] = frozenset(), resident: bool = False) -> dict[int, int]:
+               keep: frozenset[int] = frozenset(), resident: bool = False,
+               release: dict[int, list[int]] | None = None) -> dict[int, int]:
     """Launch a plan's steps in order on ``stream``.
 
     ``ptrs`` holds the device address of every buffer the caller placed (inputs, constants,
@@ -414,25 +430,20 @@ def _run_steps(plan: CompiledGraph, ptrs: dict[int, int], runtime: Runtime, libr
     released: they are returned (buffer id -> address) for the caller to read and free.
     On an error everything this call allocated is freed.  ``resident`` (a framework's
     eager path) takes temporaries from the runtime's stream-ordered caching allocator
-    (``allocate``/``deallocate``: no device synchronisation) instead of ``malloc``/``free``."""
+    (``allocate``/``deallocate``: no device synchronisation) instead of ``malloc``/``free``.
+    ``release``: :func:`_releases` of this call's placed buffers, when the caller keeps it."""
     malloc: Callable[[int], int]
     free: Callable[[int], None]
     if resident:
         malloc, free = (lambda n: runtime.allocate(n, stream)), runtime.deallocate
     else:
         malloc, free = runtime.malloc, runtime.free
-    first, last = _lifetimes(plan)
-    placed = set(ptrs) | set(keep)
-    release: dict[int, list[int]] = {}
+    if release is None:
+        release = _releases(plan, set(ptrs) | set(keep))
     mem = plan.memory
-    slot_of = dict(mem.slots) if mem is not None else {}
+    slot_of = mem.slots if mem is not None else {}
     slot_bytes = mem.slot_bytes if mem is not None else ()
     slot_ptr: dict[int, int] = {}
-    for bid, i in last.items():
-        if bid not in placed and bid not in slot_of:
-            release.setdefault(i, []).append(bid)
-    for n, (_, end) in enumerate(mem.slot_span if mem is not None else ()):
-        release.setdefault(end, []).append(-1 - n)         # a slot: negative key
     own: dict[int, int] = {}
     try:
         for i, step in enumerate(plan.steps):
@@ -560,6 +571,8 @@ class ResidentPlan:
         self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
         self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
         self._copy_out: list[bool] = []          # outputs that need a device-to-device copy after the steps
+        #: the placed buffers of a call -> its release schedule (:func:`_releases`)
+        self._release: dict[frozenset[int], dict[int, list[int]]] = {}
         seen = set(plan.inputs) | set(self.constants)
         for i, bid in enumerate(plan.outputs):
             self._copy_out.append(bid in seen)
@@ -599,8 +612,12 @@ class ResidentPlan:
         for bid, ptr, copy in zip(plan.outputs, out_ptrs, self._copy_out):
             if not copy:
                 ptrs[bid] = ptr
+        placed = frozenset(ptrs)
+        release = self._release.get(placed)
+        if release is None:            # the same buffers are placed at every call
+            release = self._release[placed] = _releases(plan, set(placed))
         _run_steps(plan, dict(ptrs), runtime, self.library, self.module, stream, collective,
-                   resident=True)
+                   resident=True, release=release)
         for bid, ptr, copy, nbytes in zip(plan.outputs, out_ptrs, self._copy_out, self.out_nbytes):
             if copy and nbytes:
                 runtime.memcpy_d2d(ptr, ptrs[bid], nbytes, stream)

@@ -28,6 +28,13 @@ such a read races with the write).  A new access is checked against the other
 queues' maps only, over the bytes it touches, so a long loop of overlapping
 strided writes stays linear; everything the host has seen complete is dropped
 once the device is idle.
+
+A queue's own accesses are never checked against its own history, so a packet's
+ranges wait in a list until another queue's access is checked against them (or
+the list grows long): only then are they painted into the maps, in order.  A
+single stream's work, the common case, is dropped at the next idle host sync
+without ever being painted; the maps end up exactly as painting at once leaves
+them (``tests/sim/test_race_history.py``).
 """
 
 from __future__ import annotations
@@ -126,6 +133,8 @@ class RaceDetector:
     """Vector clocks for one device's queues and the host, and the access history."""
 
     MAX_REPORTED = 1000
+    #: a queue's unpainted packets past which they are painted (bounds what waits)
+    MAX_PENDING = 1024
 
     def __init__(self, device: int = 0):
         self.device = device
@@ -134,6 +143,9 @@ class RaceDetector:
         self.races: list[Race] = []
         self.races_total = 0
         self._shadow: dict[tuple[int, str], IntervalMap[Access]] = {}   # (queue, mode) -> latest accesses
+        #: queue -> its observed packets not yet painted into ``_shadow``, in order:
+        #: (record, queue label, epoch, reads, writes)
+        self._pending: dict[int, list[tuple[Packet, str, int, Iterable[Span], Iterable[Span]]]] = {}
         self._pairs: set[tuple[int, int]] = set()
         self._retired: set[int] = set()      # released queues, forgotten once the host saw them end
 
@@ -165,14 +177,23 @@ class RaceDetector:
     def observe(self, record: Packet, clock: Clock, queue: int, queue_label: str,
                 reads: Iterable[Span] = (), writes: Iterable[Span] = ()) -> None:
         """Check one executed packet's accesses against every unordered earlier one."""
-        epoch = clock[queue]
-        new = [Access(int(lo), int(hi), "read", name, record, queue, queue_label, epoch)
-               for lo, hi, name in reads if hi > lo]
-        new += [Access(int(lo), int(hi), "write", name, record, queue, queue_label, epoch)
-                for lo, hi, name in writes if hi > lo]
-        if not new:
+        if not reads and not writes:
             return
-        for acc in new:
+        epoch = clock[queue]
+        if len(self._pending) > 1 or (self._pending and queue not in self._pending) or \
+                any(q != queue for q, _ in self._shadow):
+            self._check(record, clock, queue, queue_label, epoch, reads, writes)
+        pending = self._pending.setdefault(queue, [])
+        pending.append((record, queue_label, epoch, reads, writes))
+        if len(pending) > self.MAX_PENDING:
+            self._paint(queue)
+
+    def _check(self, record: Packet, clock: Clock, queue: int, queue_label: str, epoch: int,
+               reads: Iterable[Span], writes: Iterable[Span]) -> None:
+        """Check the accesses against the other queues' histories (painted first)."""
+        for q in [q for q in self._pending if q != queue]:
+            self._paint(q)
+        for acc in self._accesses(record, queue, queue_label, epoch, reads, writes):
             a_write = acc.mode == "write"
             for (q, mode), shadow in self._shadow.items():
                 if q == queue or not (a_write or mode == "write"):
@@ -181,10 +202,25 @@ class RaceDetector:
                 for lo, hi, old in shadow.overlapping(acc.lo, acc.hi):
                     if old.epoch > seen and old.record is not record:
                         self._report(old, acc, max(lo, acc.lo), min(hi, acc.hi))
-        for acc in new:
-            self._shadow.setdefault((queue, acc.mode), IntervalMap()).assign(acc.lo, acc.hi, acc)
-            if acc.mode == "write" and (queue, "read") in self._shadow:
-                self._shadow[(queue, "read")].assign(acc.lo, acc.hi, None)
+
+    @staticmethod
+    def _accesses(record: Packet, queue: int, queue_label: str, epoch: int,
+                  reads: Iterable[Span], writes: Iterable[Span]) -> list[Access]:
+        new = [Access(int(lo), int(hi), "read", name, record, queue, queue_label, epoch)
+               for lo, hi, name in reads if hi > lo]
+        new += [Access(int(lo), int(hi), "write", name, record, queue, queue_label, epoch)
+                for lo, hi, name in writes if hi > lo]
+        return new
+
+    def _paint(self, queue: int, after: int = 0) -> None:
+        """Paint ``queue``'s waiting packets (those past epoch ``after``) into its maps, in order."""
+        for record, label, epoch, reads, writes in self._pending.pop(queue, ()):
+            if epoch <= after:
+                continue
+            for acc in self._accesses(record, queue, label, epoch, reads, writes):
+                self._shadow.setdefault((queue, acc.mode), IntervalMap()).assign(acc.lo, acc.hi, acc)
+                if acc.mode == "write" and (queue, "read") in self._shadow:
+                    self._shadow[(queue, "read")].assign(acc.lo, acc.hi, None)
 
     def _report(self, old: Access, new: Access, lo: int, hi: int) -> None:
         pair = (id(old.record), id(new.record))
@@ -207,6 +243,10 @@ class RaceDetector:
 
     def prune(self) -> None:
         """Drop accesses the host has seen complete (call only while no work is pending)."""
+        for q in list(self._pending):
+            # a packet the host has seen end is dropped below once painted: painting it
+            # would only cover older pieces, all of them seen and dropped too
+            self._paint(q, after=self.host_clock.get(q, 0))
         for key, shadow in list(self._shadow.items()):
             seen = self.host_clock.get(key[0], 0)
             shadow.drop_if(lambda a: a.epoch <= seen)
@@ -226,4 +266,6 @@ class RaceDetector:
     @property
     def live(self) -> int:
         """How many access pieces the history holds."""
+        for q in list(self._pending):
+            self._paint(q)
         return sum(len(m) for m in self._shadow.values())

@@ -42,14 +42,17 @@ def test_interval_map_is_the_latest_paint_per_point(paints, clears):
 
 packet = st.tuples(st.integers(0, 2),                         # queue
                    st.lists(st.integers(0, 40), max_size=2),  # waits on earlier packets (by index mod n)
-                   st.booleans(),                             # host syncs with everything first
+                   st.sampled_from(["no", "join", "prune"]),  # host syncs with everything first
                    st.lists(ranges, max_size=2), st.lists(ranges, max_size=2))
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(packet, min_size=1, max_size=30))
-def test_shadow_history_flags_the_same_packets_as_keeping_every_access(packets):
+@given(st.lists(packet, min_size=1, max_size=30), st.integers(1, 8))
+def test_shadow_history_flags_the_same_packets_as_keeping_every_access(packets, pending):
+    """Also with a queue's unpainted packets painted after a few (``MAX_PENDING``) and with
+    the history pruned at host syncs: the lazy painting never changes a verdict."""
     det, flagged = RaceDetector(), set()
+    det.MAX_PENDING = pending
     report = det._report
 
     def spy(old, new, lo, hi):
@@ -58,8 +61,10 @@ def test_shadow_history_flags_the_same_packets_as_keeping_every_access(packets):
     det._report = spy
     history, clocks, truth = [], [], set()
     for i, (q, waits, sync, reads, writes) in enumerate(packets):
-        if sync:
+        if sync != "no":
             det.host_join_all()
+        if sync == "prune":
+            det.prune()
         carried = det.host_event()
         clock = det.start_packet(q, carried, [clocks[w % len(clocks)] for w in waits] if clocks else [])
         clocks.append(dict(clock))

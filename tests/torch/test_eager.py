@@ -105,6 +105,46 @@ def test_elementwise_promotion_and_scalars_match_cpu():
         torch.testing.assert_close(got, want)
 
 
+def test_cat_with_zero_size_inputs_runs_on_the_device_as_cpu_does():
+    """A key/value cache's first update concatenates an empty cache with the new keys: the
+    empty inputs add nothing, still promote the dtype and still fail PyTorch's shape check."""
+    x, e = torch.randn(4, 4, 3, 8), torch.empty(4, 4, 0, 8)
+    before = {r["op"]: r for r in ft.report()["ops"]}.get("aten::cat", {}).get("count", 0)
+    for a, b, dim in [(e, x, -2), (x, e, 2), (torch.empty(0), x, 1), (e.double(), x, -2),
+                      (e, x.half(), 2), (e, e, 2)]:
+        want = torch.cat([a, b], dim)
+        got = torch.cat([a.to(DEV), b.to(DEV)], dim)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got.cpu(), want)
+    rows = {r["op"]: r for r in ft.report()["ops"]}
+    assert not [r for r in ft.report()["fallbacks"] if r["op"] == "aten::cat"]
+    assert rows["aten::cat"]["count"] > before
+    bad = torch.empty(4, 0, 3, 8)
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match") as cpu_error:
+        torch.cat([bad, x], 2)
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match") as dev_error:
+        torch.cat([bad.to(DEV), x.to(DEV)], 2)
+    assert str(dev_error.value) == str(cpu_error.value)
+
+
+def test_a_small_cpu_tensor_goes_over_without_a_host_wait():
+    """A CPU scalar mixed into a device op (and any small tensor moved over) is staged and
+    copied in stream order, with no wait, as a small synchronous copy from pageable memory
+    returns once its bytes are staged; a large one is read in place and waited for."""
+    s = session.current()
+    d = torch.randn(5, 3).to(DEV)
+    torch.fornax.synchronize()
+    syncs = s.runtime.counts["host_syncs"]
+    scalar = torch.tensor(2.5)
+    out = d * scalar
+    scalar.fill_(-1.0)                      # the staged bytes were taken at submission
+    assert s.runtime.counts["host_syncs"] == syncs
+    torch.testing.assert_close(out.cpu(), d.cpu() * 2.5)
+    syncs = s.runtime.counts["host_syncs"]
+    torch.ones(64, 1024).to(DEV)            # 256 KiB: read in place, so the host waits
+    assert s.runtime.counts["host_syncs"] == syncs + 1
+
+
 def test_mixing_a_cpu_tensor_is_torch_s_device_error():
     with pytest.raises(RuntimeError, match="same device"):
         torch.randn(3).to(DEV) + torch.randn(3)

@@ -189,6 +189,10 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
         return _cpu(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
     if info.name == "aten::as_strided_copy":
         return _as_strided_copy(session, info, *args, **kwargs)
+    if op is aten.cat.default:
+        out = _cat_nonempty(session, info, op, args, kwargs)
+        if out is not None:
+            return out
     out, reason = _native(session, info, op, args, kwargs)
     if out is not NotImplemented:
         session.stats.record(info.name, "native")
@@ -204,6 +208,29 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
     if out is not NotImplemented:
         return out
     return _cpu(session, info, op, args, kwargs, reason)
+
+
+def _cat_nonempty(session: Session, info, op, args, kwargs):
+    """``aten::cat`` of zero-size inputs beside non-empty ones (a key/value cache's first
+    update): the zero-size ones add no elements, so the others are concatenated on the
+    device.  Every input still takes part in PyTorch's shape checks and in the result's type
+    promotion (the call runs on meta tensors first).  None when the call is not such a cat."""
+    tensors = args[0] if args else kwargs.get("tensors")
+    if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None
+    keep = [t for t in tensors if t.numel() != 0]
+    if not keep or len(keep) == len(tensors):
+        return None
+    meta = _meta(info, op, args, kwargs)
+    if not isinstance(meta, tuple) or meta[0][0] is None:
+        return None
+    dtype = meta[0][0].dtype
+    out = aten.cat.default(keep, args[1] if len(args) > 1 else kwargs.get("dim", 0))
+    if out.dtype != dtype:
+        out = aten._to_copy.default(out, dtype=dtype)
+    session.stats.record(info.name, "decomposed",
+                         "zero-size inputs add no elements: the others are concatenated on the device")
+    return out
 
 
 def _as_strided_copy(session: Session, info, self, size, stride, storage_offset=None):

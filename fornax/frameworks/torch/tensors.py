@@ -262,9 +262,25 @@ def _as_numpy(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.numpy())
 
 
+#: bytes up to which :func:`to_device` stages a copy and returns without waiting, as a
+#: synchronous copy from pageable memory does for small sizes (larger ones are read in place
+#: and waited for, so the host never holds a second copy of a big tensor)
+STAGED_BYTES = 64 * 1024
+
+
 def to_device(src: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new contiguous fornax tensor holding a CPU tensor's values."""
-    out = empty(src.shape, dtype or src.dtype)
+    dtype = dtype or src.dtype
+    nbytes = src.numel() * src.element_size() if dtype == src.dtype else \
+        src.numel() * torch.empty((), dtype=dtype).element_size()
+    if 0 < nbytes <= STAGED_BYTES:
+        session = current()
+        if src._is_zerotensor():
+            src = torch.zeros(src.shape, dtype=src.dtype)
+        data = src.resolve_conj().resolve_neg().to(dtype=dtype).contiguous()
+        with session.lock:
+            return staged(_as_numpy(data.view(-1)), tuple(src.shape), dtype, session, _stream(session))
+    out = empty(src.shape, dtype)
     write(out, src)
     return out
 
