@@ -135,7 +135,9 @@ def _epilogue(fast: dict[str, Any], acc: Tile, args: Args, space: AddressSpace,
     x = acc
     if fast["scaled"]:
         x = _binary("mul", x, _scalar(args, "scale", acc_dt))
-    x = _binary("mul", x, _scalar(args, "alpha", acc_dt))
+    alpha = _scalar(args, "alpha", acc_dt)
+    if alpha[0] != 1:               # x * 1 is x bit for bit: x is a sum, never a signalling NaN
+        x = _binary("mul", x, alpha)
     base = int(args["c"])
     if fast["beta"]:
         _, old = _view(space, base, out_dt, (z, m, n), (sc, n, 1))
@@ -180,11 +182,40 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
             raise _Decline              # the output overlaps an operand: the tape keeps chunk order
     a_mat = a_view.transpose(0, 2, 1) if fast["trans_a"] else a_view       # batch x m x k
     b_mat = b_view.transpose(0, 2, 1) if fast["trans_b"] else b_view       # batch x k x n
-    # every instance's tiles, as its masked loads give them (masked lanes hold 0), one row
-    # of K slices per instance z = batch * split + slice
     kp = steps * bk
-    a_pad = np.zeros((gz, gy * bm, kp), dtype=da)
-    b_pad = np.zeros((gz, kp, gx * bn), dtype=db)
+    counts, tile = (gy, gx, steps), (bm, bn, bk)
+    direct = split == 1 and m == gy * bm and n == gx * bn and k == kp and not fast["tf32"]
+    key = (acc_dt.str, a_mat.shape, a_mat.strides, b_mat.shape, b_mat.strides, tile) if direct else None
+    if direct and _DIRECT.get(key, True):
+        # whole tiles and K steps, no slices: the operands are their own tiles as stored
+        a_dir, b_dir = operand(a_mat, acc_dt), operand(b_mat, acc_dt)
+        with one_thread():
+            acc = _products(a_dir, b_dir, counts, tile, acc_dt)
+        # where the host BLAS does not sum a transposed or strided slab as it sums the tiles
+        # (found on the first launch), later launches copy the operands into padded tiles
+        _DIRECT[key] = _SLABS.get(_slab_key(a_dir, b_dir, tile, acc_dt), True)
+        _forget_oldest(_DIRECT)
+    else:
+        acc = _padded(a_mat, b_mat, fast, gz, split, ks, k, kp, counts, tile, acc_dt)
+    acc = acc[:, :m, :n]
+    if split > 1:
+        # partials of slice s of batch b at ((b * split + s) * m * n)
+        _store(space, int(args["c"]), ptr_dtype["c"], acc, (m * n, n, 1))
+        return Counters()
+    _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
+    return Counters()               # every access of the kernel is static
+
+
+def _padded(a_mat: Tile, b_mat: Tile, fast: dict[str, Any], gz: int, split: int, ks: int, k: int,
+            kp: int, counts: tuple[int, int, int], tile: tuple[int, int, int],
+            acc_dt: np.dtype[Any]) -> Tile:
+    """The products of every instance's tiles as its masked loads give them (masked lanes
+    hold 0), one row of K slices per instance z = batch * split + slice."""
+    gy, gx, _ = counts
+    bm, bn, _ = tile
+    m, n = a_mat.shape[1], b_mat.shape[2]
+    a_pad = np.zeros((gz, gy * bm, kp), dtype=a_mat.dtype)
+    b_pad = np.zeros((gz, kp, gx * bn), dtype=b_mat.dtype)
     for s in range(split):
         k0 = s * ks
         kend = min(k, k0 + ks)
@@ -196,18 +227,28 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
         a_pad, b_pad = _unary("tf32", a_pad), _unary("tf32", b_pad)
     a_pad, b_pad = operand(a_pad, acc_dt), operand(b_pad, acc_dt)
     with one_thread():
-        acc = _products(a_pad, b_pad, (gy, gx, steps), (bm, bn, bk), acc_dt)[:, :m, :n]
-    if split > 1:
-        # partials of slice s of batch b at ((b * split + s) * m * n)
-        _store(space, int(args["c"]), ptr_dtype["c"], acc, (m * n, n, 1))
-        return Counters()
-    _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
-    return Counters()               # every access of the kernel is static
+        return _products(a_pad, b_pad, counts, tile, acc_dt)
+
+
+def _bits(x: Tile) -> Tile:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def _forget_oldest(memo: dict[Any, bool]) -> None:
+    if len(memo) > 4096:               # launch shapes that keep changing: forget the oldest
+        del memo[next(iter(memo))]
 
 
 #: (dtype, operand shapes, tile) -> whether the slab products of that launch shape agree
 #: with the tile products bit for bit, as checked on its first launch
 _SLABS: dict[tuple[Any, ...], bool] = {}
+#: (dtype, operand shapes and strides as stored, tile) -> whether operands that need no
+#: padding take their slab products in place (their slabs agree with the tile products)
+_DIRECT: dict[tuple[Any, ...], bool] = {}
+
+
+def _slab_key(a: Tile, b: Tile, tile: tuple[int, int, int], acc_dt: np.dtype[Any]) -> tuple[Any, ...]:
+    return (acc_dt.str, a.shape, a.strides, b.shape, b.strides, tile)
 
 
 def _products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int], tile: tuple[int, int, int],
@@ -223,7 +264,7 @@ def _products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int], tile: tupl
     Shapes where it does take the slab: ``steps`` matmuls instead of ``steps x tiles``."""
     gy, gx, steps = counts
     bm, bn, bk = tile
-    key = (acc_dt.str, a_pad.shape, b_pad.shape, tile)
+    key = _slab_key(a_pad, b_pad, tile, acc_dt)
     slab = _SLABS.get(key)
     if slab is False:
         return _tile_products(a_pad, b_pad, counts, tile, acc_dt)
@@ -235,10 +276,8 @@ def _products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int], tile: tupl
         np.add(acc, p, out=acc)         # the same rounding as acc + p
     if slab is None:
         tiles = _tile_products(a_pad, b_pad, counts, tile, acc_dt)
-        bits = np.dtype(f"u{acc_dt.itemsize}")
-        slab = _SLABS[key] = bool(np.array_equal(acc.view(bits), tiles.view(bits)))
-        if len(_SLABS) > 4096:          # launch shapes that keep changing: forget the oldest
-            del _SLABS[next(iter(_SLABS))]
+        _SLABS[key] = bool(np.array_equal(_bits(acc), _bits(tiles)))
+        _forget_oldest(_SLABS)
         return tiles
     return acc
 

@@ -33,7 +33,8 @@ def _counts(c):
             c.instructions, dict(c.read_ranges), dict(c.write_ranges))
 
 
-def _launches(v: blas.GemmVariant, m: int, n: int, k: int, batch: int, seed: int, replays):
+def _launches(v: blas.GemmVariant, m: int, n: int, k: int, batch: int, seed: int, replays,
+              alpha: float = 0.75):
     """Four launches of the main kernel (and the reduction of a split-K variant) on fresh
     data; per launch, the output bytes and the counters."""
     main = blas.gemm_program("g", v, 64)
@@ -49,7 +50,7 @@ def _launches(v: blas.GemmVariant, m: int, n: int, k: int, batch: int, seed: int
                                 else (batch if v.b_batched else 1, k, n)).astype(dt)
         c0 = rng.standard_normal((batch, m, n)).astype(out)
         args = {"a": sp.put(a), "b": sp.put(b), "m": m, "n": n, "k": k,
-                "sa": m * k, "sb": k * n if v.b_batched else 0, "sc": m * n, "alpha": 0.75}
+                "sa": m * k, "sb": k * n if v.b_batched else 0, "sc": m * n, "alpha": alpha}
         if v.beta:
             args["beta"] = -0.5
         if v.bias:
@@ -63,7 +64,7 @@ def _launches(v: blas.GemmVariant, m: int, n: int, k: int, batch: int, seed: int
             o = sp.put(order)
             main_args = {k_: args[k_] for k_ in ("a", "b", "m", "n", "k", "sa", "sb", "sc")}
             record.append(_counts(execute(main, g_main, {**main_args, "c": ws, "ks": ks}, sp.space, replays)))
-            red_args = {"ws": ws, "order": o, "c": c, "m": m, "n": n, "sc": m * n, "alpha": 0.75,
+            red_args = {"ws": ws, "order": o, "c": c, "m": m, "n": n, "sc": m * n, "alpha": alpha,
                         **({"beta": args["beta"]} if v.beta else {}),
                         **({"bias": args["bias"]} if v.bias else {})}
             record.append(_counts(execute(red, g_red, red_args, sp.space, replays)))
@@ -95,6 +96,24 @@ def test_fast_path_matches_the_interpreter_bit_for_bit(v, m, n, k, batch, seed):
     plain, _ = _launches(v, m, n, k, batch, seed, None)
     assert fast == plain
     assert replays.fast_launches == (LAUNCHES - 2) * (2 if v.split > 1 else 1)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v=variants, rows=st.integers(1, 3), cols=st.integers(1, 3), steps=st.integers(1, 4),
+       batch=st.integers(1, 2), seed=st.integers(0, 1000), alpha=st.sampled_from([1.0, 0.75, -1.0]))
+def test_whole_tile_operands_are_multiplied_in_place_bit_for_bit(v, rows, cols, steps, batch, seed,
+                                                                 alpha):
+    """Shapes of whole tiles and K steps need no padded copies: the operands (transposed or
+    not) are multiplied where they are stored, and an alpha of one multiplies nothing; every
+    byte and counter is still the interpreter's."""
+    bm, bn, bk = v.tile
+    m, n, k = rows * bm, cols * bn, steps * bk
+    fastpath._DIRECT.clear()
+    replays = ReplayCache()
+    fast, _ = _launches(v, m, n, k, batch, seed, replays, alpha)
+    assert fast == _launches(v, m, n, k, batch, seed, None, alpha)[0]
+    assert replays.fast_launches == (LAUNCHES - 2) * (2 if v.split > 1 else 1)
+    assert bool(fastpath._DIRECT) == (v.split == 1 and not v.tf32)
 
 
 def test_a_gelu_epilogue_and_a_switched_off_cache_replay_the_tape():
