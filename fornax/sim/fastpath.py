@@ -185,7 +185,7 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     kp = steps * bk
     counts, tile = (gy, gx, steps), (bm, bn, bk)
     direct = split == 1 and m == gy * bm and n == gx * bn and k == kp and not fast["tf32"]
-    key = (acc_dt.str, a_mat.shape, a_mat.strides, b_mat.shape, b_mat.strides, tile) if direct else None
+    key = _slab_key(a_mat, b_mat, tile, acc_dt)
     if direct and _DIRECT.get(key, True):
         # whole tiles and K steps, no slices: the operands are their own tiles as stored
         a_dir, b_dir = operand(a_mat, acc_dt), operand(b_mat, acc_dt)

@@ -50,7 +50,9 @@ from . import tensors as T
 from .lowering import TORCH_TO_DTYPE, LowerCtx, NotLowerable, OutMeta, lookup, lower
 from . import hazards as _hazards
 from . import host_mask as _host_mask
+from . import concatenation as _concatenation
 from . import lifted as _lifted
+from . import list_ops as _list_ops
 from .session import Session, current
 from .streams import current_runtime_stream
 
@@ -190,7 +192,7 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
     if info.name == "aten::as_strided_copy":
         return _as_strided_copy(session, info, *args, **kwargs)
     if op is aten.cat.default:
-        out = _cat_nonempty(session, info, op, args, kwargs)
+        out = _concatenation.nonempty(session, info, op, args, kwargs, _meta)
         if out is not None:
             return out
     out, reason = _native(session, info, op, args, kwargs)
@@ -208,29 +210,6 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
     if out is not NotImplemented:
         return out
     return _cpu(session, info, op, args, kwargs, reason)
-
-
-def _cat_nonempty(session: Session, info, op, args, kwargs):
-    """``aten::cat`` of zero-size inputs beside non-empty ones (a key/value cache's first
-    update): the zero-size ones add no elements, so the others are concatenated on the
-    device.  Every input still takes part in PyTorch's shape checks and in the result's type
-    promotion (the call runs on meta tensors first).  None when the call is not such a cat."""
-    tensors = args[0] if args else kwargs.get("tensors")
-    if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in tensors):
-        return None
-    keep = [t for t in tensors if t.numel() != 0]
-    if not keep or len(keep) == len(tensors):
-        return None
-    meta = _meta(info, op, args, kwargs)
-    if not isinstance(meta, tuple) or meta[0][0] is None:
-        return None
-    dtype = meta[0][0].dtype
-    out = aten.cat.default(keep, args[1] if len(args) > 1 else kwargs.get("dim", 0))
-    if out.dtype != dtype:
-        out = aten._to_copy.default(out, dtype=dtype)
-    session.stats.record(info.name, "decomposed",
-                         "zero-size inputs add no elements: the others are concatenated on the device")
-    return out
 
 
 def _as_strided_copy(session: Session, info, self, size, stride, storage_offset=None):
@@ -323,8 +302,15 @@ def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
         if info.options:
             fkwargs = dict(fkwargs, dtype=outs[0].dtype, device=outs[0].device)
     else:
-        outs = [args[0]]
+        # a ``_foreach_*_`` op writes every tensor of its one mutated list (a fused optimizer
+        # step writes several lists, and takes the route below that runs it on the host)
+        listed = isinstance(args[0], (list, tuple)) and len(info.mutated) == 1
+        outs = list(args[0]) if listed else [args[0]]
         fargs, fkwargs = args, kwargs
+    listed = info.kind == "inplace" and isinstance(args[0], (list, tuple)) and len(info.mutated) == 1
+    if listed and _list_ops.crossed(args, kwargs):
+        return _cpu(session, info, op, args, kwargs, f"{info.name}: a tensor it writes is also read "
+                    "at another position of its lists, which the list ops do in order")
     _checks.castable(info.name, info.functional, fargs, fkwargs, outs,
                      lambda a: tree_map(_to_meta, a))
     fargs, fkwargs = _resolve_flags(session, fargs, fkwargs)
@@ -346,6 +332,8 @@ def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
                     _cache.install(session, fast_key, _cache.Launch(
                         info.name, entry.plan, entry.outs, entry.structure, entry.present,
                         materialize, into=True))
+            if listed:
+                return None
             return outs[0] if info.kind == "inplace" or len(outs) == 1 else tuple(outs)
     if res is NotImplemented:
         res = _dispatch(session, info.functional, fargs, fkwargs)
@@ -362,7 +350,7 @@ def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
     session.stats.relabel_last(info.name, f"through {finfo.name}")
     if info.kind == "out":
         return outs[0] if len(outs) == 1 else tuple(outs)
-    return args[0]
+    return None if listed else args[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,9 +437,11 @@ def _lifted_entry(session: Session, info: OpInfo, op, args, kwargs, key):
     """The plan of a call whose float arguments become 0-d inputs, and the (value, dtype) of
     each such input in the plan's order; (None, []) when the call cannot run that way (the
     route of :func:`_build` then compiles it for these values)."""
-    # a pointwise op's results follow its tensors' shapes and the floats' type, never their
-    # values: its metas are kept per signature (other ops run on meta tensors every call)
-    meta_key = ("lifted-meta", _lifted.abstract(key)) if torch.Tag.pointwise in op.tags else None
+    # a pointwise op's results (a list op's too) follow its tensors' shapes and the floats'
+    # type, never their values: its metas are kept per signature (other ops run on meta
+    # tensors every call)
+    meta_key = ("lifted-meta", _lifted.abstract(key)) \
+        if torch.Tag.pointwise in op.tags or info.name.startswith("aten::_foreach_") else None
     meta = session.plans.get(meta_key) if meta_key is not None else None
     if meta is None:
         meta = _meta(info, op, args, kwargs)
@@ -773,11 +763,14 @@ def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str, home: bo
     """Run ``op`` on host copies of its inputs; new results come back to the device unless
     ``home`` is False (the call asked for another device), mutated inputs always do."""
     originals: dict[int, torch.Tensor] = {}
+    copies: dict[int, torch.Tensor] = {}       # a tensor passed twice is one host tensor too
 
     def to_cpu(x):
         if T.is_fornax(x):
-            c = T.read(x)
-            originals[id(c)] = x
+            c = copies.get(id(x))
+            if c is None:
+                c = copies[id(x)] = T.read(x)
+                originals[id(c)] = x
             return c
         if isinstance(x, torch.device) and x.type == T.DEVICE:
             return torch.device("cpu")

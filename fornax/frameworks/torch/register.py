@@ -78,7 +78,7 @@ def _register_lowered(impl) -> None:
         {"copy_", "copy"}
     for key in sorted(LOWERED_OPS):
         name = key.removeprefix("aten::").removesuffix(".default")
-        if name in taken or name.startswith("_foreach"):
+        if name in taken:
             continue
         try:
             op = _overload(name)

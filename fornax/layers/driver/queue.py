@@ -135,7 +135,7 @@ class QueueBase:
                          f"{', '.join(missing)}", call="launch")
         d.counts["launches"] += 1
         if key is not None:
-            if len(self._validated) >= 256:
+            if len(self._validated) >= 4096:
                 self._validated.clear()
             self._validated[key] = (module, program, (padded[0], padded[1], padded[2]))
         self._dispatch(program, entry, (padded[0], padded[1], padded[2]), dict(args))
