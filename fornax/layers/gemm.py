@@ -141,6 +141,8 @@ class GemmRoutines(LibraryCore):
         self._order_rng = np.random.default_rng(int(lib.get("reduction_seed", 0)))
         self._images: dict[tuple[blas.GemmVariant, str, str], KernelBinary] = {}
         self._tuned: dict[tuple[GemmProblem, int], Selection] = {}
+        #: the heuristic's choice per (m, n, k, batch, dtype, workspace limit, compute units)
+        self._chosen: dict[tuple[Any, ...], tuple[Algorithm, str]] = {}
         self._programs_cache: dict[blas.GemmVariant, tuple[Program, Program | None]] = {}
 
     # -- algorithm choice ------------------------------------------------------------------
@@ -309,8 +311,20 @@ class GemmRoutines(LibraryCore):
         limit = params.get("workspace_limit", self.workspace_limit)
         if not _is_int(limit) or limit < 0:
             raise self._error(f"gemm workspace_limit must be a non-negative integer, got {limit!r}")
-        candidates = self._candidates(problem.dtype, problem.workspace, int(limit))
         forced = params.get("algorithm")
+        tune = params.get("autotune", self.autotune)
+        if forced is None and not tune:
+            # the heuristic reads the shape, the dtype, the workspace limit and the device's
+            # compute units only: its answer is kept per those
+            units = self.runtime.driver.properties(self.runtime.current_device()).compute_units
+            chosen_key = (problem.m, problem.n, problem.k, problem.batch, problem.dtype, int(limit), units)
+            chosen = self._chosen.get(chosen_key)
+            if chosen is None:
+                candidates = self._candidates(problem.dtype, problem.workspace, int(limit))
+                chosen = self._chosen[chosen_key] = self.choose(
+                    problem.m, problem.n, problem.batch, problem.k, problem.dtype, candidates)
+            return chosen[0], chosen[1], {}
+        candidates = self._candidates(problem.dtype, problem.workspace, int(limit))
         if forced is not None:
             algo = next((a for a in self.algorithms if a.name == forced), None)
             if algo is None:
@@ -320,11 +334,6 @@ class GemmRoutines(LibraryCore):
                 raise self._error(f"algorithm {forced} does not run {problem.dtype} within a workspace "
                                   f"of {limit} bytes (needs {problem.workspace(algo)})")
             return algo, "requested by the caller", {}
-        tune = params.get("autotune", self.autotune)
-        if not tune:
-            algo, why = self.choose(problem.m, problem.n, problem.batch, problem.k, problem.dtype,
-                                    candidates)
-            return algo, why, {}
         key = (problem, int(limit))
         if key not in self._tuned:
             heur, _ = self.choose(problem.m, problem.n, problem.batch, problem.k, problem.dtype,

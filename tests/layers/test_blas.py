@@ -320,6 +320,30 @@ def test_heuristic_prefers_split_k_for_few_tiles_and_long_k_and_deeper_k_tiles_f
     assert algo.k_tile("float32") == algo.tile[2]
 
 
+def test_the_kept_heuristic_choice_is_the_heuristic_s_for_the_device_asked(monkeypatch):
+    """``select`` keeps the heuristic's answer per shape, dtype, workspace limit and compute
+    units: the same call again gives the same choice, and a device with other units is asked
+    afresh (few units: no split-K for 8 output tiles; many: split-K)."""
+    st_ = stack("cuda-like", "h200-like", meta=True)
+    lib = st_.library
+    problem = lib._problem({"m": 128, "n": 256, "k": 16384, "dtype": "bfloat16"})
+    first = lib.select(problem)
+    assert lib.select(problem) == first
+    assert first[:2] == lib.choose(128, 256, 1, 16384, "bfloat16")
+    real = type(st_.driver).properties
+
+    def units(n):
+        def properties(self, index):
+            props = real(self, index)
+            return type(props)(**{**props.__dict__, "compute_units": n}) \
+                if hasattr(props, "__dict__") else props._replace(compute_units=n)
+        return properties
+    monkeypatch.setattr(type(st_.driver), "properties", units(4))
+    few = lib.select(problem)
+    assert few[0].split_k == 1 and few[:2] == lib.choose(128, 256, 1, 16384, "bfloat16")
+    assert first[0].split_k > 1
+
+
 def test_shipped_images_per_target_and_the_virtual_isa_jit():
     # cuda-like on tiny is sm_80: without its cubin the compute_80 PTX is JIT-compiled
     st_ = compose(make_config("cuda-like", spec="tiny"))
