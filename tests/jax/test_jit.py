@@ -292,6 +292,15 @@ def test_pjrt_client_devices_buffers_execute(vendor):
     assert c.live_buffers() == before
 
 
+def test_a_buffer_holds_the_host_values_as_they_were_when_it_was_made(client):
+    """The upload is staged when the buffer is made (one copy, read before the device runs):
+    changing the host array afterwards, before anything waited, changes nothing on the device."""
+    x = np.arange(6, dtype=np.float32)
+    bx = client.buffer_from_pyval(x)
+    x[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(bx), np.arange(6, dtype=np.float32))
+
+
 def test_execute_outputs_are_distinct_buffers(client):
     bx = client.buffer_from_pyval(rand(3))
     exe = client.compile(lambda a: (a, a * 2, a), bx)

@@ -136,13 +136,16 @@ def device_nbytes(aval) -> int:
     return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype_of(aval.dtype).itemsize
 
 
-def to_device_array(value, aval) -> np.ndarray:
+def to_device_array(value, aval, copy: bool = True) -> np.ndarray:
     """The host array the device holds for a jax ``value`` of ``aval`` (key data for a key
-    array, a carried integer widened)."""
+    array, a carried integer widened).  ``copy=False``: ``value``'s own memory where it already
+    is that array (the caller copies it before ``value`` can change, as a staged copy does)."""
     if is_key(aval.dtype):
         value = jax.random.key_data(value)
     dt = device_dtype_of(aval.dtype)
-    return np.array(np.asarray(value).astype(dt.numpy, copy=False), order="C").reshape(device_shape(aval))
+    host = np.asarray(value).astype(dt.numpy, copy=False)
+    host = np.array(host, order="C") if copy else np.ascontiguousarray(host)
+    return host.reshape(device_shape(aval))
 
 
 def from_device_array(arr: np.ndarray, aval):

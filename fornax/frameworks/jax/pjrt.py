@@ -306,7 +306,7 @@ class DevicePlacement:
         if L.device_dtype(aval.dtype) is None:
             raise JaxDeviceError(f"{aval.dtype} has no fornax device dtype", seam="framework",
                                  hint="use float32/float16/bfloat16/float64, int8-64, uint8-32 or bool")
-        host = L.to_device_array(value, aval)
+        host = L.to_device_array(value, aval, copy=False)    # the copy below stages its bytes
         with self.client.lock:
             address = self.allocate(host.nbytes)
             if address is not None:
