@@ -36,7 +36,7 @@ from .host_blas import one_thread
 from .counters import Counters
 from .interpreter import BINARY, UNARY, Args, Grid, PointerDtypes
 from .memory import AddressSpace, Mapping
-from .tiles import Tile, compute_dtype, operand
+from .tiles import LOW_PRECISION, Tile, compute_dtype, operand
 
 #: elements one batch of tile products may hold (the K loop runs in as many batches as needed)
 PRODUCT_ELEMENTS = 1 << 22
@@ -184,11 +184,16 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     b_mat = b_view.transpose(0, 2, 1) if fast["trans_b"] else b_view       # batch x k x n
     kp = steps * bk
     counts, tile = (gy, gx, steps), (bm, bn, bk)
-    direct = split == 1 and m == gy * bm and n == gx * bn and k == kp and not fast["tf32"]
-    key = _slab_key(a_mat, b_mat, tile, acc_dt)
+    # whole tiles and K steps in every slice: the operands are their own tiles as stored (a
+    # split-K slice is a view of its K range, instance z = batch * split + slice)
+    direct = m == gy * bm and n == gx * bn and ks == kp and split * ks == k and not fast["tf32"]
+    a_dir, b_dir = a_mat, b_mat
+    if direct and split > 1:
+        a_dir = a_mat.reshape(batch, m, split, ks).transpose(0, 2, 1, 3).reshape(gz, m, ks)
+        b_dir = b_mat.reshape(batch, split, ks, n).reshape(gz, ks, n)
+    key = _slab_key(a_dir, b_dir, tile, acc_dt)
     if direct and _DIRECT.get(key, True):
-        # whole tiles and K steps, no slices: the operands are their own tiles as stored
-        a_dir, b_dir = operand(a_mat, acc_dt), operand(b_mat, acc_dt)
+        a_dir, b_dir = operand(a_dir, acc_dt), operand(b_dir, acc_dt)
         with one_thread():
             acc = _products(a_dir, b_dir, counts, tile, acc_dt)
         # where the host BLAS does not sum a transposed or strided slab as it sums the tiles
@@ -323,8 +328,12 @@ def _reduce(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
     ws_base = int(args["ws"])
     _, parts = _view(space, ws_base, ws_dt, (batch, split, m, n), (split * m * n, m * n, n, 1))
     acc = np.zeros((batch, m, n), dtype=acc_dt)
+    same = ws_dt == acc_dt and acc_dt.name not in LOW_PRECISION    # the add needs no widening
     for s in order.tolist():
-        acc = _binary("add", acc, np.array(parts[:, s]))
+        if same:
+            np.add(acc, parts[:, s], out=acc)    # the same rounding as acc + part
+        else:
+            acc = _binary("add", acc, np.array(parts[:, s]))
     _epilogue(fast, acc, args, space, ptr_dtype, batch, m, n, sc)
     # the partials' loads sit at offsets read from the order buffer: what they touched
     live = Counters()

@@ -104,8 +104,8 @@ def test_fast_path_matches_the_interpreter_bit_for_bit(v, m, n, k, batch, seed):
 def test_whole_tile_operands_are_multiplied_in_place_bit_for_bit(v, rows, cols, steps, batch, seed,
                                                                  alpha):
     """Shapes of whole tiles and K steps need no padded copies: the operands (transposed or
-    not) are multiplied where they are stored, and an alpha of one multiplies nothing; every
-    byte and counter is still the interpreter's."""
+    not, each split-K slice a view of its K range) are multiplied where they are stored, and an
+    alpha of one multiplies nothing; every byte and counter is still the interpreter's."""
     bm, bn, bk = v.tile
     m, n, k = rows * bm, cols * bn, steps * bk
     fastpath._DIRECT.clear()
@@ -113,7 +113,25 @@ def test_whole_tile_operands_are_multiplied_in_place_bit_for_bit(v, rows, cols, 
     fast, _ = _launches(v, m, n, k, batch, seed, replays, alpha)
     assert fast == _launches(v, m, n, k, batch, seed, None, alpha)[0]
     assert replays.fast_launches == (LAUNCHES - 2) * (2 if v.split > 1 else 1)
-    assert bool(fastpath._DIRECT) == (v.split == 1 and not v.tf32)
+    ks = math.ceil(k / v.split)
+    assert bool(fastpath._DIRECT) == (ks * v.split == k and ks % bk == 0 and not v.tf32)
+
+
+class _NeverDirect(dict):
+    def get(self, key, default=None):
+        return False
+
+
+@pytest.mark.parametrize("split, ta, tb", [(1, True, False), (4, False, True), (2, True, True)])
+def test_a_layout_whose_slabs_disagree_takes_padded_tiles(monkeypatch, split, ta, tb):
+    """Where the in-place operands' slabs were found to disagree with the tile products, the
+    launch copies them into padded tiles instead: still the interpreter's bytes."""
+    monkeypatch.setattr(fastpath, "_DIRECT", _NeverDirect())
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16), ta, tb, split=split)
+    replays = ReplayCache()
+    fast, _ = _launches(v, 32, 48, 64 * split, 2, 7, replays, 1.0)
+    assert fast == _launches(v, 32, 48, 64 * split, 2, 7, None, 1.0)[0]
+    assert replays.fast_launches == (LAUNCHES - 2) * (2 if split > 1 else 1)
 
 
 def test_a_gelu_epilogue_and_a_switched_off_cache_replay_the_tape():
