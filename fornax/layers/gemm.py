@@ -320,6 +320,8 @@ class GemmRoutines(LibraryCore):
             chosen_key = (problem.m, problem.n, problem.k, problem.batch, problem.dtype, int(limit), units)
             chosen = self._chosen.get(chosen_key)
             if chosen is None:
+                if len(self._chosen) >= 4096:          # shapes that keep changing: start afresh
+                    self._chosen.clear()
                 candidates = self._candidates(problem.dtype, problem.workspace, int(limit))
                 chosen = self._chosen[chosen_key] = self.choose(
                     problem.m, problem.n, problem.batch, problem.k, problem.dtype, candidates)
@@ -336,6 +338,8 @@ class GemmRoutines(LibraryCore):
             return algo, "requested by the caller", {}
         key = (problem, int(limit))
         if key not in self._tuned:
+            if len(self._tuned) >= 4096:               # problems that keep changing: start afresh
+                self._tuned.clear()
             heur, _ = self.choose(problem.m, problem.n, problem.batch, problem.k, problem.dtype,
                                   candidates)
             predictions = {a.name: self.predict(problem, a) for a in candidates}
