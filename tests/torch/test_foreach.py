@@ -81,6 +81,19 @@ def test_a_tensor_read_at_another_position_runs_in_list_order_on_the_host():
     assert falls and "another position" in falls[0]["reason"]
 
 
+def test_a_tensor_read_at_two_positions_and_never_written_stays_on_the_device():
+    a, b, c = torch.randn(3), torch.randn(3), torch.randn(3)
+    want = [a.clone(), b.clone()]
+    torch._foreach_add_(want, [c, c])
+    got = [a.to(DEV), b.to(DEV)]
+    dc = c.to(DEV)
+    before = _routes().get("aten::_foreach_add_.List", (None, 0))
+    torch._foreach_add_(got, [dc, dc])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
+    assert _routes()["aten::_foreach_add_.List"] == ("native", before[1] + 1)
+
+
 def test_adamw_training_matches_cpu_with_its_list_ops_on_the_device():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))

@@ -11,22 +11,23 @@ from . import tensors as T
 
 
 def crossed(args, kwargs) -> bool:
-    """Whether a tensor of a list op's first list shares memory with a tensor at another
-    position of its lists (computed at once, the positions would see each other's old values)."""
+    """Whether a tensor of a list op's first list (the one it writes) shares memory with a
+    tensor at another position of its lists (computed at once, those positions would see each
+    other's old values; two reads at different positions never matter)."""
     spans = []
-    for x in (*args, *kwargs.values()):
+    for k, x in enumerate((*args, *kwargs.values())):
         if isinstance(x, (list, tuple)):
             for pos, t in enumerate(x):
                 if isinstance(t, torch.Tensor) and T.is_fornax(t) and t.numel():
                     size = t.element_size()
                     lo = t.untyped_storage().data_ptr() + int(t.storage_offset()) * size
                     hi = lo + (sum((int(d) - 1) * abs(int(st)) for d, st in zip(t.shape, t.stride())) + 1) * size
-                    spans.append((lo, hi, pos))
+                    spans.append((lo, hi, pos, k == 0))
     spans.sort()
-    reach, owner = -1, -1
-    for lo, hi, pos in spans:
-        if lo < reach and pos != owner:
+    live: list[tuple[int, int, int, bool]] = []      # spans that reach past the current start
+    for lo, hi, pos, written in spans:
+        live = [s for s in live if s[1] > lo]
+        if any(other != pos and (written or wrote) for _, _, other, wrote in live):
             return True
-        if hi > reach:
-            reach, owner = hi, pos
+        live.append((lo, hi, pos, written))
     return False
