@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import ml_dtypes
@@ -86,18 +86,31 @@ def is_key(dtype) -> bool:
     return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
+#: dtype -> :func:`carried` (a dtype's device form never changes; every buffer asks)
+_CARRIED_OF: dict[Any, "Carried | None"] = {}
+
+
 def carried(dtype) -> Carried | None:
     """How values of jax ``dtype`` live on the device, or None (no device form: uint64,
     complex, float8 ...).  A key dtype is carried as its uint32 data."""
-    if is_key(dtype):
-        return _CARRIED[np.dtype(np.uint32)]
     try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        return None
-    if dt in _NATIVE:
-        return Carried(_NATIVE[dt])
-    return _CARRIED.get(dt)
+        return _CARRIED_OF[dtype]
+    except (KeyError, TypeError):
+        pass
+    if is_key(dtype):
+        c: Carried | None = _CARRIED[np.dtype(np.uint32)]
+    else:
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            return None
+        c = Carried(_NATIVE[dt]) if dt in _NATIVE else _CARRIED.get(dt)
+    try:
+        if len(_CARRIED_OF) < 1024:
+            _CARRIED_OF[dtype] = c
+    except TypeError:                  # an unhashable dtype-like: asked again next time
+        pass
+    return c
 
 
 def device_dtype(dtype) -> DType | None:
@@ -133,7 +146,7 @@ def device_shape(aval) -> tuple[int, ...]:
 
 def device_nbytes(aval) -> int:
     """The bytes a value of ``aval`` takes on the device."""
-    return int(np.prod(device_shape(aval), dtype=np.int64)) * device_dtype_of(aval.dtype).itemsize
+    return math.prod(device_shape(aval)) * device_dtype_of(aval.dtype).itemsize
 
 
 def to_device_array(value, aval, copy: bool = True) -> np.ndarray:
