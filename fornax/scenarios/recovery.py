@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         group = fd.process_group()
         if group is not None:
             group.abort()
+        # torchrun stops every rank once one exits: wait (bounded) until each rank has recorded
+        # its error, so a slow peer is not stopped before it writes its record
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and len(list(folder.glob("rank*.json"))) < size:
+            time.sleep(0.05)
         os._exit(1)               # torchrun restarts the job (the group is aborted: no shutdown)
     folder = args.out / "final"
     folder.mkdir(parents=True, exist_ok=True)
