@@ -571,12 +571,15 @@ class ResidentPlan:
         self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
         self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
         self._copy_out: list[bool] = []          # outputs that need a device-to-device copy after the steps
-        #: the placed buffers of a call -> its release schedule (:func:`_releases`)
-        self._release: dict[frozenset[int], dict[int, list[int]]] = {}
         seen = set(plan.inputs) | set(self.constants)
         for i, bid in enumerate(plan.outputs):
             self._copy_out.append(bid in seen)
             seen.add(bid)
+        # the buffers a call places (inputs, constants, outputs not copied) are the same at
+        # every call: so is the release schedule of the rest (:func:`_releases`)
+        placed = set(plan.inputs) | set(self.constants) | \
+            {bid for bid, copy in zip(plan.outputs, self._copy_out) if not copy}
+        self._release = _releases(plan, placed)
         # one kernel over inputs, constants and outputs only (most eager ops): launch it
         # directly, no buffer bookkeeping
         #: (entry, grid, [(param, "c"|"i"|"o", constant buffer id or input/output index)])
@@ -612,12 +615,8 @@ class ResidentPlan:
         for bid, ptr, copy in zip(plan.outputs, out_ptrs, self._copy_out):
             if not copy:
                 ptrs[bid] = ptr
-        placed = frozenset(ptrs)
-        release = self._release.get(placed)
-        if release is None:            # the same buffers are placed at every call
-            release = self._release[placed] = _releases(plan, set(placed))
         _run_steps(plan, dict(ptrs), runtime, self.library, self.module, stream, collective,
-                   resident=True, release=release)
+                   resident=True, release=self._release)
         for bid, ptr, copy, nbytes in zip(plan.outputs, out_ptrs, self._copy_out, self.out_nbytes):
             if copy and nbytes:
                 runtime.memcpy_d2d(ptr, ptrs[bid], nbytes, stream)

@@ -192,14 +192,16 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
         a_dir = a_mat.reshape(batch, m, split, ks).transpose(0, 2, 1, 3).reshape(gz, m, ks)
         b_dir = b_mat.reshape(batch, split, ks, n).reshape(gz, ks, n)
     key = _slab_key(a_dir, b_dir, tile, acc_dt)
-    if direct and _DIRECT.get(key, True):
+    known = _DIRECT.get(key)
+    if direct and known is not False:
         a_dir, b_dir = operand(a_dir, acc_dt), operand(b_dir, acc_dt)
         with one_thread():
             acc = _products(a_dir, b_dir, counts, tile, acc_dt)
-        # where the host BLAS does not sum a transposed or strided slab as it sums the tiles
-        # (found on the first launch), later launches copy the operands into padded tiles
-        _DIRECT[key] = _SLABS.get(_slab_key(a_dir, b_dir, tile, acc_dt), True)
-        _forget_oldest(_DIRECT)
+        if known is None:
+            # where the host BLAS does not sum a transposed or strided slab as it sums the
+            # tiles (found on the first launch), later launches copy the operands into tiles
+            _DIRECT[key] = _SLABS.get(_slab_key(a_dir, b_dir, tile, acc_dt), True)
+            _forget_oldest(_DIRECT)
     else:
         acc = _padded(a_mat, b_mat, fast, gz, split, ks, k, kp, counts, tile, acc_dt)
     acc = acc[:, :m, :n]
@@ -244,8 +246,8 @@ def _forget_oldest(memo: dict[Any, bool]) -> None:
         del memo[next(iter(memo))]
 
 
-#: (dtype, operand shapes, tile) -> whether the slab products of that launch shape agree
-#: with the tile products bit for bit, as checked on its first launch
+#: (dtype, operand shapes and strides, tile) -> whether the slab products of that layout
+#: agree with the tile products bit for bit (:func:`_slab_agrees`)
 _SLABS: dict[tuple[Any, ...], bool] = {}
 #: (dtype, operand shapes and strides as stored, tile) -> whether operands that need no
 #: padding take their slab products in place (their slabs agree with the tile products)
@@ -265,26 +267,58 @@ def _products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int], tile: tupl
     A K step's products for every tile together are also one ``(rows * bm) x bk`` by
     ``bk x (columns * bn)`` matmul (a slab), whose every element sums the same ``bk``
     products; whether the host's BLAS sums them in the same order for both shapes is
-    checked on the first launch of each shape, on its own data (both ways, bit for bit).
-    Shapes where it does take the slab: ``steps`` matmuls instead of ``steps x tiles``."""
-    gy, gx, steps = counts
-    bm, bn, bk = tile
+    checked once per operand layout (:func:`_slab_agrees`).  Layouts where it does take the
+    slab: ``steps`` matmuls instead of ``steps x tiles``."""
     key = _slab_key(a_pad, b_pad, tile, acc_dt)
     slab = _SLABS.get(key)
-    if slab is False:
+    if slab is None:
+        slab = _SLABS[key] = _slab_agrees(a_pad, b_pad, counts, tile, acc_dt)
+        _forget_oldest(_SLABS)
+    if not slab:
         return _tile_products(a_pad, b_pad, counts, tile, acc_dt)
+    return _slab_products(a_pad, b_pad, counts, tile, acc_dt)
+
+
+def _slab_products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int],
+                   tile: tuple[int, int, int], acc_dt: np.dtype[Any]) -> Tile:
+    """:func:`_products` as one slab matmul per K step."""
+    gy, gx, steps = counts
+    bm, bn, bk = tile
     acc = np.zeros((a_pad.shape[0], gy * bm, gx * bn), dtype=acc_dt)
     for s in range(steps):
         p = np.matmul(a_pad[:, :, s * bk:(s + 1) * bk], b_pad[:, s * bk:(s + 1) * bk, :])
         if p.dtype != acc.dtype:
             raise _Decline              # the loop's sum would promote: keep the tape's order
         np.add(acc, p, out=acc)         # the same rounding as acc + p
-    if slab is None:
-        tiles = _tile_products(a_pad, b_pad, counts, tile, acc_dt)
-        _SLABS[key] = bool(np.array_equal(_bits(acc), _bits(tiles)))
-        _forget_oldest(_SLABS)
-        return tiles
     return acc
+
+
+def _probe(x: Tile, rng: np.random.Generator) -> Tile | None:
+    """Random values of full precision laid out exactly as ``x`` (shape, strides, dtype), or
+    None for a layout that cannot be rebuilt (a negative or partial-element stride)."""
+    if any(s < 0 or s % x.itemsize for s in x.strides):
+        return None
+    span = sum((d - 1) * s for d, s in zip(x.shape, x.strides)) // x.itemsize + 1
+    base = rng.standard_normal(max(span, 1)).astype(x.dtype)
+    return np.lib.stride_tricks.as_strided(base, x.shape, x.strides, writeable=False)
+
+
+def _slab_agrees(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int],
+                 tile: tuple[int, int, int], acc_dt: np.dtype[Any]) -> bool:
+    """Whether the host's BLAS gives a slab of this operand layout the tile products' bits.
+
+    The summation order of a BLAS depends on the shapes and strides it is given, never on
+    the values; but values whose products sum exactly (a launch's low-precision operands,
+    small integers, zeros) agree in any order.  So both ways are computed once on random
+    operands of full precision laid out as the launch's, where any difference in order shows."""
+    if a_pad.size == 0 or b_pad.size == 0 or tile[2] == 1:
+        return True                     # no sum, or one product per K step: nothing to order
+    rng = np.random.default_rng(0)
+    a, b = _probe(a_pad, rng), _probe(b_pad, rng)
+    if a is None or b is None:
+        return False
+    slab = _slab_products(a, b, counts, tile, acc_dt)
+    return bool(np.array_equal(_bits(slab), _bits(_tile_products(a, b, counts, tile, acc_dt))))
 
 
 def _tile_products(a_pad: Tile, b_pad: Tile, counts: tuple[int, int, int],

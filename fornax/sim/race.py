@@ -180,8 +180,7 @@ class RaceDetector:
         if not reads and not writes:
             return
         epoch = clock[queue]
-        if len(self._pending) > 1 or (self._pending and queue not in self._pending) or \
-                any(q != queue for q, _ in self._shadow):
+        if any(q != queue for q in self._pending) or any(q != queue for q, _ in self._shadow):
             self._check(record, clock, queue, queue_label, epoch, reads, writes)
         pending = self._pending.setdefault(queue, [])
         pending.append((record, queue_label, epoch, reads, writes))

@@ -207,8 +207,8 @@ def _pads(gz, gy, gx, steps, tile, seed):
 
 
 def test_a_k_slab_product_is_taken_only_where_it_gave_the_tile_products_bits(monkeypatch):
-    """The first launch of a shape computes both and keeps the tile products; the slab is used
-    from then on only if it agreed bit for bit (every later result is the tiles' bits)."""
+    """The first launch of a layout checks whether its slab gives the tile products' bits; the
+    slab is used only if it does (every result is the tiles' bits)."""
     monkeypatch.setattr(fastpath, "_SLABS", {})
     tile, counts = (16, 32, 8), (3, 2, 5)
     a, b = _pads(2, *counts, tile, 0)
@@ -234,6 +234,33 @@ def test_a_slab_that_disagrees_is_never_used_for_that_shape(monkeypatch):
         got = fastpath._products(a, b, counts, tile, np.dtype(np.float32))
         assert got.tobytes() == one_ulp_off(a, b, counts, tile, np.dtype(np.float32)).tobytes()
     assert list(fastpath._SLABS.values()) == [False]
+
+
+def test_the_slab_verdict_does_not_rest_on_data_that_sums_exactly(monkeypatch):
+    """Operands whose products sum exactly (small integers here; bfloat16 values often) agree
+    in any summation order, so they cannot tell a layout whose slab sums another way: the
+    verdict is taken on random operands of full precision laid out as the launch's."""
+    monkeypatch.setattr(fastpath, "_SLABS", {})
+
+    def wide_sums(a, b, counts, tile, acc_dt):           # a BLAS that sums a slab another way
+        acc = np.zeros((a.shape[0], counts[0] * tile[0], counts[1] * tile[1]), dtype=acc_dt)
+        for s in range(counts[2]):
+            sl = slice(s * tile[2], (s + 1) * tile[2])
+            acc = (acc + np.matmul(a[:, :, sl].astype(np.float64), b[:, sl, :].astype(np.float64))).astype(acc_dt)
+        return acc
+    monkeypatch.setattr(fastpath, "_slab_products", wide_sums)
+    tile, counts = (16, 16, 16), (2, 2, 3)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, (1, 32, 48)).astype(np.float32)
+    b = rng.integers(-3, 4, (1, 48, 32)).astype(np.float32)
+    assert wide_sums(a, b, counts, tile, np.dtype(np.float32)).tobytes() == \
+        fastpath._tile_products(a, b, counts, tile, np.dtype(np.float32)).tobytes()   # exact data agrees
+    got = fastpath._products(a, b, counts, tile, np.dtype(np.float32))
+    assert list(fastpath._SLABS.values()) == [False]
+    a2, b2 = _pads(1, *counts, tile, 5)                  # the same layout, data that does not sum exactly
+    again = fastpath._products(a2, b2, counts, tile, np.dtype(np.float32))
+    assert got.tobytes() == fastpath._tile_products(a, b, counts, tile, np.dtype(np.float32)).tobytes()
+    assert again.tobytes() == fastpath._tile_products(a2, b2, counts, tile, np.dtype(np.float32)).tobytes()
 
 
 def test_a_gemm_whose_tape_is_too_large_to_keep_still_takes_the_fast_path():

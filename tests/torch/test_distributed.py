@@ -81,7 +81,9 @@ def test_two_ranks_under_torchrun_on_every_family(tmp_path):
     assert "cuda-like: 15/15 collectives match, clocks meet: True, overlap: True" in proc.stdout
     # what docs/distributed.md shows is what the program prints
     shown = shown_after(ROOT / "docs" / "distributed.md", "Output (rank 0's summary")
-    assert same_output(proc.stdout, shown), f"docs/distributed.md's output changed; now:\n{proc.stdout}"
+    # (the max-error figures at round-off level depend on the host's BLAS: below 1e-6 any is shown)
+    assert same_output(proc.stdout, shown, roundoff=1e-6), \
+        f"docs/distributed.md's output changed; now:\n{proc.stdout}"
     # the ranks' traces merge: every collective of the family's group is matched on both ranks
     traces = [json.loads((tmp_path / "traces" / "rocm-like" / f"rank{r}.trace.json").read_text())
               for r in (0, 1)]

@@ -34,7 +34,6 @@ import re
 import threading
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
@@ -53,6 +52,8 @@ from . import host_mask as _host_mask
 from . import concatenation as _concatenation
 from . import lifted as _lifted
 from . import list_ops as _list_ops
+from .host_fallback import run_on_host as _on_host
+from . import strided as _strided
 from .session import Session, current
 from .streams import current_runtime_stream
 
@@ -162,14 +163,14 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
     if info.kind == "functional":
         args, kwargs = _resolve_flags(session, args, kwargs)
         if _requested.elsewhere(device):
-            return _cpu(session, info, op, args, kwargs,
+            return _on_host(session, info, op, args, kwargs,
                         "its device= argument asks for another device", home=False)
     rule = session.rules.get(op, _UNSET)
     if rule is _UNSET:
         rule = session.rules[op] = session.framework.torch_route(info.name)
     if rule is not None:
         if rule.kind == "fallback":
-            return _cpu(session, info, op, args, kwargs, rule.reason)
+            return _on_host(session, info, op, args, kwargs, rule.reason)
         out = _decompose(session, info, op, args, kwargs, rule.reason)
         if out is not NotImplemented:
             return out
@@ -179,16 +180,16 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
             session.stats.record(info.name, "native", _host_mask.REASON)
             return out
     if info.seeded:
-        return _cpu(session, info, op, args, kwargs,
+        return _on_host(session, info, op, args, kwargs,
                     "random numbers come from the host generator, so torch.manual_seed "
                     "reproduces CPU results")
     if info.kind in ("inplace", "out"):
         if info.functional is not None:
             pristine = fast_key if args is given[0] and kwargs is given[1] else None
             return _via_functional(session, info, op, args, kwargs, pristine)
-        return _cpu(session, info, op, args, kwargs, f"no functional form of {info.name}")
+        return _on_host(session, info, op, args, kwargs, f"no functional form of {info.name}")
     if info.kind == "mutating":
-        return _cpu(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
+        return _on_host(session, info, op, args, kwargs, f"{info.name} mutates its inputs in place")
     if info.name == "aten::as_strided_copy":
         return _as_strided_copy(session, info, *args, **kwargs)
     if op is aten.cat.default:
@@ -209,7 +210,7 @@ def _dispatch(session: Session, op, args, kwargs, fast_key=None):
     out = _decompose(session, info, op, args, kwargs, reason)
     if out is not NotImplemented:
         return out
-    return _cpu(session, info, op, args, kwargs, reason)
+    return _on_host(session, info, op, args, kwargs, reason)
 
 
 def _as_strided_copy(session: Session, info, self, size, stride, storage_offset=None):
@@ -292,6 +293,9 @@ def _unary(session: Session):
 # ---------------------------------------------------------------------------------------------
 # in-place and out= through the functional twin
 def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
+    # a ``_foreach_*_`` op writes every tensor of its one mutated list (a fused optimizer
+    # step writes several lists, and takes the route below that runs it on the host)
+    listed = info.kind == "inplace" and isinstance(args[0], (list, tuple)) and len(info.mutated) == 1
     if info.kind == "out":
         names = [a.name for a in op._schema.arguments]
         outs = [kwargs[a.name] if a.name in kwargs else args[names.index(a.name)]
@@ -302,15 +306,12 @@ def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
         if info.options:
             fkwargs = dict(fkwargs, dtype=outs[0].dtype, device=outs[0].device)
     else:
-        # a ``_foreach_*_`` op writes every tensor of its one mutated list (a fused optimizer
-        # step writes several lists, and takes the route below that runs it on the host)
-        listed = isinstance(args[0], (list, tuple)) and len(info.mutated) == 1
         outs = list(args[0]) if listed else [args[0]]
         fargs, fkwargs = args, kwargs
-    listed = info.kind == "inplace" and isinstance(args[0], (list, tuple)) and len(info.mutated) == 1
     if listed and _list_ops.crossed(args, kwargs):
-        return _cpu(session, info, op, args, kwargs, f"{info.name}: a tensor it writes is also read "
-                    "at another position of its lists, which the list ops do in order")
+        return _on_host(
+            session, info, op, args, kwargs, f"{info.name}: a tensor it writes is also read at "
+            "another position of its lists, which the list ops do in order")
     _checks.castable(info.name, info.functional, fargs, fkwargs, outs,
                      lambda a: tree_map(_to_meta, a))
     fargs, fkwargs = _resolve_flags(session, fargs, fkwargs)
@@ -339,7 +340,7 @@ def _via_functional(session, info: OpInfo, op, args, kwargs, fast_key=None):
         res = _dispatch(session, info.functional, fargs, fkwargs)
     results = list(res) if isinstance(res, (tuple, list)) else [res]
     if len(results) != len(outs):
-        return _cpu(session, info, op, args, kwargs, f"{info.name} writes {len(outs)} tensors but "
+        return _on_host(session, info, op, args, kwargs, f"{info.name} writes {len(outs)} tensors but "
                     f"its functional form returns {len(results)}")
     for dst, src in zip(outs, results):
         if not T.is_fornax(dst):
@@ -561,55 +562,7 @@ def _graph_name(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# strided device buffers: gather a view into a contiguous buffer, scatter into a view
-def _dense_permutation(shape, stride):
-    """The axis order that makes ``stride`` contiguous, when the view covers a dense block."""
-    dims = [d for d in range(len(shape)) if shape[d] != 1]
-    order = sorted(dims, key=lambda d: -stride[d])
-    expect = 1
-    for d in reversed(order):
-        if stride[d] != expect:
-            return None
-        expect *= shape[d]
-    return order
-
-
-def _read_view(g: Graph, x, shape, stride, name: str):
-    """The elements of the view ``shape``/``stride`` of the flat buffer ``x``, in logical
-    order: a transpose of a permuted dense block, else an index table (constant ``name``)."""
-    order = _dense_permutation(shape, stride)
-    if order is not None:
-        y = g.op("reshape", x, shape=tuple(shape[d] for d in order))
-        if order != sorted(order):
-            y = g.op("transpose", y, perm=tuple(_full_perm(shape, order)))
-    else:
-        y = g.op("index_select", x, g.constant(_strided_index(shape, stride).reshape(-1), name), axis=0)
-    return g.op("reshape", y, shape=tuple(shape))
-
-
-def _gather_graph(shape, stride, dt) -> Graph:
-    span = T.span_elements(shape, stride)
-    g = Graph("strided_gather")
-    g.output(_read_view(g, g.input("x", (span,), dt), shape, stride, "idx"))
-    return g
-
-
-def _full_perm(shape, order):
-    """``order`` covers the non-1 axes; after reshaping to those sizes the transpose that
-    puts them back in logical order."""
-    rank = sorted(range(len(order)), key=lambda i: order[i])
-    return rank
-
-
-def _strided_index(shape, stride) -> np.ndarray:
-    idx = np.zeros(tuple(shape), dtype=np.int64)
-    for d, (n, s) in enumerate(zip(shape, stride)):
-        view = [1] * len(shape)
-        view[d] = n
-        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(view)
-    return np.ascontiguousarray(idx)
-
-
+# the plan cache; strided device buffers (gathered into a contiguous buffer, scattered into a view)
 def _cached_plan(session: Session, key, build):
     plan = session.plans.get(key)
     if plan is None:
@@ -635,47 +588,12 @@ def materialize(session: Session, t: torch.Tensor, temps: list, stream) -> int:
         return T.address(t, session)
     dt = TORCH_TO_DTYPE[t.dtype]
     shape, stride = tuple(t.shape), tuple(t.stride())
-    plan = _cached_plan(session, ("gather", shape, stride, dt), lambda: _gather_graph(shape, stride, dt))
+    plan = _cached_plan(session, ("gather", shape, stride, dt),
+                        lambda: _strided.gather_graph(shape, stride, dt))
     out = T.empty(shape, t.dtype, session=session)
     temps.append(out)
     plan([T.address(t, session)], [T.address(out, session)], stream)
     return T.address(out, session)
-
-
-def _convert_graph(shape, src_stride, src_dt, dst_dt, dst_stride) -> Graph:
-    """Read a strided source view, cast, and write it into a strided destination view."""
-    g = Graph("strided_copy")
-    x = g.input("src", (T.span_elements(shape, src_stride),), src_dt)
-    if tuple(src_stride) == T.contiguous_strides(shape):
-        y = g.op("reshape", x, shape=tuple(shape))
-    else:
-        y = _read_view(g, x, shape, src_stride, "si")
-    if dst_dt != src_dt:
-        y = g.op("cast", y, dtype=dst_dt)
-    order = _dense_permutation(shape, dst_stride)
-    if tuple(dst_stride) != T.contiguous_strides(shape) and order is not None:
-        # the destination is a permuted dense block: its storage, in address order, is the
-        # values transposed into that order (every element of the span is written once)
-        logical = sorted(order)
-        y = g.op("reshape", y, shape=tuple(shape[d] for d in logical))
-        if order != logical:
-            y = g.op("transpose", y, perm=tuple(logical.index(d) for d in order))
-        y = g.op("reshape", y, shape=(int(np.prod(shape)),))
-    elif tuple(dst_stride) != T.contiguous_strides(shape):
-        # pull form over the destination's span: every span element takes the value whose view
-        # position lands on it, or keeps its old value (a view never writes one element twice)
-        span = T.span_elements(shape, dst_stride)
-        base = g.input("dst", (span,), dst_dt)
-        flat = g.op("reshape", y, shape=(int(np.prod(shape)),))
-        inv = np.full(span, -1, dtype=np.int64)
-        inv[_strided_index(shape, dst_stride).reshape(-1)] = np.arange(int(np.prod(shape)), dtype=np.int64)
-        where_from = g.constant(inv, "inv")
-        picked = g.op("index_select", flat, g.op("maximum", where_from, g.constant(np.int64(0), "zero")),
-                      axis=0)
-        hit = g.op("ge", where_from, g.constant(np.int64(0), "zero"))
-        y = g.op("where", hit, picked, base)
-    g.output(y)
-    return g
 
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -704,10 +622,10 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     shape = tuple(dst.shape)
     sd, dd = TORCH_TO_DTYPE[src.dtype], TORCH_TO_DTYPE[dst.dtype]
     key = ("copy", shape, tuple(src.stride()), sd, dd, tuple(dst.stride()))
-    plan = _cached_plan(session, key, lambda: _convert_graph(shape, tuple(src.stride()), sd, dd,
+    plan = _cached_plan(session, key, lambda: _strided.convert_graph(shape, tuple(src.stride()), sd, dd,
                                                              tuple(dst.stride())))
     if tuple(dst.stride()) == T.contiguous_strides(shape) or \
-            _dense_permutation(shape, tuple(dst.stride())) is not None:   # the tests _convert_graph makes
+            _strided.dense_permutation(shape, tuple(dst.stride())) is not None:      # as convert_graph tests
         # the plan writes the destination's elements in address order, from its first one
         plan([T.address(src, session)], [T.address(dst, session)], stream)
         return dst
@@ -757,51 +675,3 @@ def _decompositions() -> dict:
         from .corrected import DECOMPOSITIONS
         _DECOMPS.update(DECOMPOSITIONS)       # where PyTorch's own computes something else
     return _DECOMPS
-
-
-def _cpu(session: Session, info: OpInfo, op, args, kwargs, reason: str, home: bool = True):
-    """Run ``op`` on host copies of its inputs; new results come back to the device unless
-    ``home`` is False (the call asked for another device), mutated inputs always do."""
-    originals: dict[int, torch.Tensor] = {}
-    copies: dict[int, torch.Tensor] = {}       # a tensor passed twice is one host tensor too
-
-    def to_cpu(x):
-        if T.is_fornax(x):
-            c = copies.get(id(x))
-            if c is None:
-                c = copies[id(x)] = T.read(x)
-                originals[id(c)] = x
-            return c
-        if isinstance(x, torch.device) and x.type == T.DEVICE:
-            return torch.device("cpu")
-        return x
-    cargs, ckwargs = tree_map(to_cpu, (args, kwargs))
-    res = op(*cargs, **ckwargs)
-    for pos, name in info.mutated:
-        c = ckwargs[name] if name in ckwargs else (cargs[pos] if pos < len(cargs) else None)
-        for cc in (c if isinstance(c, (list, tuple)) else [c]):
-            if not isinstance(cc, torch.Tensor):
-                continue
-            orig = originals.get(id(cc))
-            if orig is None:
-                continue
-            if tuple(orig.shape) != tuple(cc.shape):
-                aten.resize_.default(orig, cc.shape)
-            T.write(orig, cc)
-
-    def back(x):
-        if isinstance(x, torch.Tensor):
-            orig = originals.get(id(x))
-            if orig is not None:
-                return orig
-            if x.device.type == "cpu" and home:
-                if x.layout != torch.strided:
-                    raise NotImplementedError(
-                        f"{info.name} on fornax: its result has layout {x.layout}, and the fornax device "
-                        f"has strided and sparse COO kernels only; keep such tensors on the CPU (or "
-                        f"call .to_dense() before moving them)")
-                return T.to_device(x)
-        return x
-    out = tree_map(back, res)
-    session.stats.record(info.name, "fallback", reason)
-    return out

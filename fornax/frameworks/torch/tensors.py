@@ -226,9 +226,7 @@ def write(t: torch.Tensor, src: torch.Tensor) -> None:
     if t.numel() == 0:
         return
     hazards.before_use(session, t)
-    if src._is_zerotensor():
-        src = torch.zeros(src.shape, dtype=src.dtype)
-    src = _flags_applied(src.resolve_conj().resolve_neg().to(dtype=t.dtype), t).expand(t.shape)
+    src = _flags_applied(_host_values(src, t.dtype), t).expand(t.shape)
     addr, nbytes = _span(t)
     stream = _stream(session)
     with session.lock:
@@ -244,6 +242,14 @@ def write(t: torch.Tensor, src: torch.Tensor) -> None:
         # place (no staging copy); the host buffer may go away after we return
         session.runtime.memcpy_h2d(addr, host.view(np.uint8), stream, held=True)
         session.runtime.stream_synchronize(stream)
+
+
+def _host_values(src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``src``'s values as a plain CPU tensor of ``dtype``: a ZeroTensor as real zeros, the
+    conjugate and negative bits resolved."""
+    if src._is_zerotensor():
+        src = torch.zeros(src.shape, dtype=src.dtype)
+    return src.resolve_conj().resolve_neg().to(dtype=dtype)
 
 
 def staged(host: np.ndarray, shape: tuple, dtype: torch.dtype, session: Session, stream) -> torch.Tensor:
@@ -271,13 +277,10 @@ STAGED_BYTES = 64 * 1024
 def to_device(src: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new contiguous fornax tensor holding a CPU tensor's values."""
     dtype = dtype or src.dtype
-    nbytes = src.numel() * src.element_size() if dtype == src.dtype else \
-        src.numel() * torch.empty((), dtype=dtype).element_size()
+    nbytes = src.numel() * dtype.itemsize
     if 0 < nbytes <= STAGED_BYTES:
         session = current()
-        if src._is_zerotensor():
-            src = torch.zeros(src.shape, dtype=src.dtype)
-        data = src.resolve_conj().resolve_neg().to(dtype=dtype).contiguous()
+        data = _host_values(src, dtype).contiguous()
         with session.lock:
             return staged(_as_numpy(data.view(-1)), tuple(src.shape), dtype, session, _stream(session))
     out = empty(src.shape, dtype)
