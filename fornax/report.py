@@ -115,7 +115,10 @@ def build(stack: Stack, workload: str, result: RunResult | None = None,
                        or sum(k.flops for k in driver.kernel_log)),
         "spec_hbm_bytes": dev.spec.hbm_bytes,
         # how the host executed the launches (replay never changes a result or a device time)
-        "execution": dev.replays.stats(),
+        "execution": {**dev.replays.stats(),
+                      # resident plans: runs captured, and runs that replayed a capture's calls
+                      "plans_captured": seams["framework"].get("plans_captured", 0),
+                      "plan_runs_replayed": seams["framework"].get("plan_runs_replayed", 0)},
     }
     power = [d.power.summary(until=costs["device_time_s"]) for d in stack.devices]
     costs["energy_j"] = sum(p["energy_j"] for p in power)
@@ -363,6 +366,9 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
                    f"{ex['interpreted']} interpreted, {ex['recorded']} recorded, {ex['replayed']} replayed "
                    f"({ex['fast_path']} by a fast path)" if ex["replay"]
                    else f"{ex['interpreted']} interpreted (replay off)")
+        if ex.get("plans_captured"):
+            ct.add_row("compiled plan runs on the host",
+                       f"{ex['plans_captured']} captured, {ex['plan_runs_replayed']} replayed")
     ct.add_row("kernels / launches / fused", f"{c['kernels']} / {c['launches']} / {c['fused_kernels']}")
     ct.add_row("library calls", str(c["library_calls"]))
     ct.add_row("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")

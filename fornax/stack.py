@@ -505,6 +505,7 @@ def compose(config: StackConfig) -> Stack:
     target = Target(props.target, chosen, props.compute_units)
     framework = vendors["framework"].framework(compiler, library, runtime, target)
     framework.meta = config.meta
+    framework.capture_plans = config.replay      # --no-replay: every plan run walks its steps
     negotiation = {"driver_loads": list(loadable), "compiler_emits": list(emits),
                    "compiler_format": chosen, "library_ships": list(shipped),
                    "library_formats_usable": lib_ok, "target": props.target}

@@ -24,6 +24,7 @@ from fornax.stack import compose, load_config, make_config
 from helpers import FAMILIES
 
 RUNS = 3          # a kernel's first launch runs plainly, the second records, the third replays
+#                   (and a resident plan's: the first warms up, the second is captured)
 HOST_CLOCKS = ("host_wall_s", "compile_wall_s")
 
 
@@ -56,7 +57,7 @@ def test_graph_runs_are_identical_with_replay_on_and_off(family):
     assert on_cmp == off_cmp
     assert json.dumps(on_trace, sort_keys=True) == json.dumps(off_trace, sort_keys=True)
     assert off_ex == {"replay": False, "interpreted": off_ex["interpreted"], "recorded": 0,
-                      "replayed": 0, "fast_path": 0}
+                      "replayed": 0, "fast_path": 0, "plans_captured": 0, "plan_runs_replayed": 0}
     assert on_ex["replay"] and on_ex["replayed"] > 0 and 0 <= on_ex["fast_path"] <= on_ex["replayed"]
     total = on_ex["interpreted"] + on_ex["recorded"] + on_ex["replayed"]
     assert total == off_ex["interpreted"] == on_rep["costs"]["kernels"]
@@ -101,6 +102,10 @@ def test_compiled_training_steps_are_identical_with_replay_on_and_off(family):
     assert _unnumbered(json.dumps(on[3], sort_keys=True)) == _unnumbered(json.dumps(off[3], sort_keys=True))
     assert on[2].devices[0].replays.stats()["replayed"] > 0
     assert off[2].devices[0].replays.stats()["replayed"] == 0
+    # the compiled graphs' plans: the second run of each captured, the third replayed the capture
+    counts = on[2].framework.counts
+    assert counts["plans_captured"] >= 2 and counts["plan_runs_replayed"] >= 2
+    assert "plans_captured" not in off[2].framework.counts
 
 
 def test_the_config_key_and_a_bad_value(tmp_path):

@@ -88,8 +88,9 @@ def main() -> None:
               help="Write the compiler's IR after every pass to DIR (FORNAX_LOG=compiler: to stderr).")
 @click.option("--no-replay", "no_replay", is_flag=True, default=False,
               help="Run every kernel launch through the tile-ISA interpreter (the reference) instead "
-                   "of replaying recordings and fast paths: the same results, device times and "
-                   "traces, more host time.")
+                   "of replaying recordings and fast paths, and every compiled plan run through its "
+                   "steps instead of replaying a captured run's runtime calls: the same results, "
+                   "device times and traces, more host time.")
 @click.option("--inject", default=None, metavar="KIND[@N]", hidden=True,
               help="Fault drill: inject faults (comma-separated KIND[@N]) on every device.")
 @debug_option

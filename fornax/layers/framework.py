@@ -27,6 +27,7 @@ from .driver import Driver, Module
 from .face import (AutocastPolicy, OpOverloadLike, TorchFace, aten_name, device_properties,
                    parse_torch_face)
 from .graph import OPS, DType, Graph, Node, Value
+from .launch_capture import LaunchCapture, RuntimeTap
 from .library import Library
 from .runtime import Runtime, Stream
 
@@ -111,6 +112,9 @@ class Framework(Protocol):
     #: shape-only mode, set by the stack at compose time before any run: feeds and outputs
     #: are :class:`MetaArray` and nothing computes
     meta: bool
+    #: whether resident plans capture their runtime calls and replay them
+    #: (:mod:`~fornax.layers.launch_capture`), set by the stack at compose time
+    capture_plans: bool
 
     def route(self, op: str) -> Route:
         """Where graph-IR op ``op`` runs in this family: native, decomposed or fallback."""
@@ -150,6 +154,9 @@ class FrameworkBase:
     meta = False
     #: the collective handler of the run in progress (see :meth:`run`)
     _collective: CollectiveHandler | None = None
+    #: resident plans capture their runtime calls and replay them (:mod:`.launch_capture`);
+    #: a stack composed with replay off (``--no-replay``, ``replay = false``) switches it off
+    capture_plans = True
 
     def __init__(self, compiler: Compiler, library: Library, runtime: Runtime, target: Target):
         f = self.facts["framework"]
@@ -377,7 +384,8 @@ class FrameworkBase:
             sub = decompose(graph, keep=frozenset(op for op in OPS if op not in self.decomposed))
         routines = self.library.ops() if self.library is not None else frozenset()
         plan = self.compiler.compile(sub, self.target, routines)
-        return ResidentPlan(plan, self.runtime, self.library, stream)
+        return ResidentPlan(plan, self.runtime, self.library, stream, capture=self.capture_plans,
+                            counts=self.counts)
 
     def report(self) -> dict[str, Any]:
         f = self.face
@@ -386,6 +394,21 @@ class FrameworkBase:
                 "pjrt_plugin": f.pjrt_plugin, "pjrt_platform": f.pjrt_platform, "versions": dict(f.versions), "rng": f.rng,
                 "autocast_dtype": self.torch_face.autocast.default_dtype,
                 **self.counts, "fallbacks": list(self.fallbacks)}
+
+
+def _switches(library: Library | None) -> tuple[Any, ...]:
+    """The library switches a plan's runtime calls depend on besides shapes (a capture made
+    under other switches is not replayed)."""
+    if library is None:
+        return ()
+    return tuple(getattr(library, name, None)
+                 for name in ("autotune", "deterministic", "workspace_limit", "tf32_mode"))
+
+
+def _disjoint(ranges: list[tuple[int, int]]) -> bool:
+    """Whether byte ranges ``(address, size)`` (an empty one as one byte) overlap nowhere."""
+    spans = sorted((a, a + max(n, 1)) for a, n in ranges)
+    return all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
 
 
 def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
@@ -559,8 +582,25 @@ class ResidentPlan:
     device to device into the caller's output."""
 
     def __init__(self, plan: CompiledGraph, runtime: Runtime, library: Library | None,
-                 stream: Stream | None = None):
+                 stream: Stream | None = None, capture: bool = True,
+                 counts: dict[str, Any] | None = None):
         self.plan, self.runtime, self.library = plan, runtime, library
+        #: where the capture counts go (a framework's report counts)
+        self.counts: dict[str, Any] = counts if counts is not None else {}
+        #: how the last call ran: "live", "captured" or "replayed" (:mod:`.launch_capture`)
+        self.last_run = "live"
+        #: why this plan's runs are never captured (None: they are, from the second on)
+        self.refused: str | None = None if capture else "replay is switched off"
+        if self.refused is None:
+            if any(isinstance(st, CollectiveStep) for st in plan.steps):
+                self.refused = "a collective step: the other ranks take part in every run"
+            elif any(isinstance(st, LibraryStep) and st.params.get("deterministic") is False
+                     for st in plan.steps):
+                self.refused = "a library call whose reduction order is drawn per call"
+        #: (stream id, library switches) -> the stream and its capture, or None after a warm-up run
+        self._captures: dict[tuple[Any, ...], tuple[Stream, LaunchCapture | None]] = {}
+        #: the input and output addresses of the captured run, per key
+        self._captured_at: dict[tuple[Any, ...], tuple[list[int], list[int]]] = {}
         self.module = runtime.load_module(plan.binary) if plan.binary is not None else None
         self.constants: dict[int, int] = {}
         stream = stream if stream is not None else runtime.default_stream()
@@ -570,6 +610,7 @@ class ResidentPlan:
                 runtime.memcpy_h2d(self.constants[bid], _c_order(buf.data), stream)
         self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
         self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
+        self.in_nbytes = [plan.buffers[b].nbytes for b in plan.inputs]
         self._copy_out: list[bool] = []          # outputs that need a device-to-device copy after the steps
         seen = set(plan.inputs) | set(self.constants)
         for i, bid in enumerate(plan.outputs):
@@ -609,7 +650,34 @@ class ResidentPlan:
             src = {"i": in_ptrs, "o": out_ptrs}
             args = {name: self.constants[k] if kind == "c" else src[kind][k] for name, kind, k in binds}
             runtime.launch(self.module, entry, grid, args, stream)
+            self.last_run = "live"
             return
+        if self.refused is not None or collective is not None:
+            self.last_run = "live"
+            self._live(runtime, in_ptrs, out_ptrs, stream, collective)
+            return
+        key = (id(stream), _switches(self.library))
+        held = self._captures.get(key)
+        if held is not None and held[0] is stream and held[1] is not None:
+            capture = held[1]
+            old_in, old_out = self._captured_at[key]
+            if capture.valid() and self._replay(capture, old_in, old_out, in_ptrs, out_ptrs):
+                return
+            del self._captures[key]          # a device reset, or addresses that cannot be followed
+            held = None
+        if held is None or held[0] is not stream:
+            if len(self._captures) >= 8:     # streams and switches that keep changing
+                self._captures.clear()
+                self._captured_at.clear()
+            self._captures[key] = (stream, None)          # this run warms up: the next is captured
+            self.last_run = "live"
+            self._live(runtime, in_ptrs, out_ptrs, stream, collective)
+            return
+        self._capture(key, stream, in_ptrs, out_ptrs)
+
+    def _live(self, runtime: Runtime, in_ptrs: list[int], out_ptrs: list[int], stream: Stream,
+              collective: CollectiveHandler | None) -> None:
+        plan = self.plan
         ptrs = dict(self.constants)
         ptrs.update(zip(plan.inputs, in_ptrs))
         for bid, ptr, copy in zip(plan.outputs, out_ptrs, self._copy_out):
@@ -620,6 +688,57 @@ class ResidentPlan:
         for bid, ptr, copy, nbytes in zip(plan.outputs, out_ptrs, self._copy_out, self.out_nbytes):
             if copy and nbytes:
                 runtime.memcpy_d2d(ptr, ptrs[bid], nbytes, stream)
+
+    def _capture(self, key: tuple[Any, ...], stream: Stream, in_ptrs: list[int],
+                 out_ptrs: list[int]) -> None:
+        """A live run whose runtime calls (the library's too) are recorded as they are made."""
+        library = self.library
+        if library is not None and getattr(library, "deterministic", True) is False:
+            self.last_run = "live"           # split-K orders drawn per call: nothing to capture
+            self._live(self.runtime, in_ptrs, out_ptrs, stream, None)
+            return
+        tap = RuntimeTap(self.runtime)
+        lib_runtime = getattr(library, "runtime", None)
+        calls_log = getattr(library, "calls", None)
+        first_record = len(calls_log) if isinstance(calls_log, list) else 0
+        if lib_runtime is self.runtime:
+            setattr(library, "runtime", tap)     # the library's launches are recorded too
+        try:
+            self._live(cast(Runtime, tap), in_ptrs, out_ptrs, stream, None)
+        finally:
+            if lib_runtime is self.runtime:
+                setattr(library, "runtime", lib_runtime)
+        self.last_run = "captured"
+        if tap.refused is not None or (library is not None and lib_runtime is not self.runtime):
+            self.refused = tap.refused or "the library runs on another runtime"
+            self.counts["plan_captures_refused"] = self.counts.get("plan_captures_refused", 0) + 1
+            self.last_run = "live"
+            return
+        records = list(calls_log[first_record:]) if isinstance(calls_log, list) else []
+        self._captures[key] = (stream, LaunchCapture(tap.calls, records))
+        self._captured_at[key] = (list(in_ptrs), list(out_ptrs))
+        self.counts["plans_captured"] = self.counts.get("plans_captured", 0) + 1
+
+    def _replay(self, capture: LaunchCapture, old_in: list[int], old_out: list[int],
+                in_ptrs: list[int], out_ptrs: list[int]) -> bool:
+        """Replay ``capture`` on this call's buffers; False (nothing done) where the captured
+        addresses cannot be followed to this call's (buffers that overlap differently)."""
+        places = None
+        if old_in != in_ptrs or old_out != out_ptrs:
+            sizes = self.in_nbytes + self.out_nbytes
+            places = list(zip([*old_in, *old_out], sizes, [*in_ptrs, *out_ptrs]))
+            if not (_disjoint([(o, n) for o, n, _ in places]) and
+                    _disjoint([(w, n) for _, n, w in places])):
+                return False
+        calls_log = getattr(self.library, "calls", None)
+        try:
+            capture.replay(self.runtime, calls_log if isinstance(calls_log, list) else None, places)
+        except BaseException:
+            self._captures.clear()
+            raise
+        self.last_run = "replayed"
+        self.counts["plan_runs_replayed"] = self.counts.get("plan_runs_replayed", 0) + 1
+        return True
 
     def release(self) -> None:
         """Free the uploaded constants (the plan can no longer run)."""

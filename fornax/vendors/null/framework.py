@@ -13,6 +13,8 @@ class NullFramework:
 
     #: shape-only mode, set at compose time
     meta = False
+    #: whether resident plans capture and replay their runtime calls, set at compose time
+    capture_plans = True
     #: the PyTorch face: fornax.layers.face.parse_torch_face over vendor.toml [framework.torch]
     torch_face = None
 
