@@ -203,7 +203,11 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
             _DIRECT[key] = _SLABS.get(_slab_key(a_dir, b_dir, tile, acc_dt), True)
             _forget_oldest(_DIRECT)
     else:
-        acc = _padded(a_mat, b_mat, fast, gz, split, ks, k, kp, counts, tile, acc_dt)
+        acc, slab = _padded(a_mat, b_mat, fast, gz, split, ks, k, kp, counts, tile, acc_dt)
+        if direct and known is False and slab is False:
+            # the padded copies' slabs disagree too: both take the tile products, and the
+            # operands in place need no copy to give them
+            _DIRECT[key] = True
     acc = acc[:, :m, :n]
     if split > 1:
         # partials of slice s of batch b at ((b * split + s) * m * n)
@@ -215,9 +219,10 @@ def _gemm(fast: dict[str, Any], grid: Grid, args: Args, space: AddressSpace,
 
 def _padded(a_mat: Tile, b_mat: Tile, fast: dict[str, Any], gz: int, split: int, ks: int, k: int,
             kp: int, counts: tuple[int, int, int], tile: tuple[int, int, int],
-            acc_dt: np.dtype[Any]) -> Tile:
+            acc_dt: np.dtype[Any]) -> tuple[Tile, bool | None]:
     """The products of every instance's tiles as its masked loads give them (masked lanes
-    hold 0), one row of K slices per instance z = batch * split + slice."""
+    hold 0), one row of K slices per instance z = batch * split + slice; and whether the
+    padded layout's slabs agree with its tiles (:func:`_slab_agrees`)."""
     gy, gx, _ = counts
     bm, bn, _ = tile
     m, n = a_mat.shape[1], b_mat.shape[2]
@@ -234,7 +239,8 @@ def _padded(a_mat: Tile, b_mat: Tile, fast: dict[str, Any], gz: int, split: int,
         a_pad, b_pad = _unary("tf32", a_pad), _unary("tf32", b_pad)
     a_pad, b_pad = operand(a_pad, acc_dt), operand(b_pad, acc_dt)
     with one_thread():
-        return _products(a_pad, b_pad, counts, tile, acc_dt)
+        acc = _products(a_pad, b_pad, counts, tile, acc_dt)
+    return acc, _SLABS.get(_slab_key(a_pad, b_pad, tile, acc_dt))
 
 
 def _bits(x: Tile) -> Tile:
@@ -250,7 +256,8 @@ def _forget_oldest(memo: dict[Any, bool]) -> None:
 #: agree with the tile products bit for bit (:func:`_slab_agrees`)
 _SLABS: dict[tuple[Any, ...], bool] = {}
 #: (dtype, operand shapes and strides as stored, tile) -> whether operands that need no
-#: padding take their slab products in place (their slabs agree with the tile products)
+#: padding are multiplied in place: where their slabs agree with the tile products, or where
+#: neither their slabs nor padded copies' do (both take the tile products then)
 _DIRECT: dict[tuple[Any, ...], bool] = {}
 
 

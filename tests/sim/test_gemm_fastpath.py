@@ -236,6 +236,31 @@ def test_a_slab_that_disagrees_is_never_used_for_that_shape(monkeypatch):
     assert list(fastpath._SLABS.values()) == [False]
 
 
+def test_where_no_slab_agrees_whole_tile_operands_are_not_padded(monkeypatch):
+    """A host whose BLAS sums every slab another way than the tiles (a processor whose small
+    products take another kernel): padded copies cannot help, so once both layouts are found
+    to disagree, whole-tile operands are multiplied as stored -- still the interpreter's bits."""
+    monkeypatch.setattr(fastpath, "_SLABS", {})
+    monkeypatch.setattr(fastpath, "_DIRECT", {})
+    monkeypatch.setattr(fastpath, "_slab_agrees", lambda *a: False)
+    padded = []
+    real = fastpath._padded
+
+    def counting(*args):
+        padded.append(1)
+        return real(*args)
+    monkeypatch.setattr(fastpath, "_padded", counting)
+    v = blas.GemmVariant("float32", "float32", (16, 16, 16), True, False)
+    replays = ReplayCache()
+    fast, _ = _launches(v, 32, 48, 64, 2, 7, replays, 1.0)
+    assert fast == _launches(v, 32, 48, 64, 2, 7, None, 1.0)[0]
+    # launch 3 (the first fast one) tries in place and finds its slab wrong, launch 4 pads
+    # and finds the padded slab wrong too; every later launch multiplies in place
+    assert len(padded) == 1 and list(fastpath._DIRECT.values()) == [True]
+    more, _ = _launches(v, 32, 48, 64, 2, 8, replays, 1.0)
+    assert more == _launches(v, 32, 48, 64, 2, 8, None, 1.0)[0] and len(padded) == 1
+
+
 def test_the_slab_verdict_does_not_rest_on_data_that_sums_exactly(monkeypatch):
     """Operands whose products sum exactly (small integers here; bfloat16 values often) agree
     in any summation order, so they cannot tell a layout whose slab sums another way: the
