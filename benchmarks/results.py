@@ -185,6 +185,22 @@ def _command() -> str:
     return " ".join([*env, "python", *head, *sys.argv[1:]])
 
 
+def _cpu() -> str:
+    """The processor's model name and widest vector extension (the host BLAS picks its kernels
+    by them, so ratios against the host move with them), from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            info = fh.read(1 << 16)
+    except OSError:
+        return platform.processor() or platform.machine()
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                  if line.startswith("model name")), platform.machine())
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
+                  if line.startswith("flags")), [])
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+    return f"{model} ({isa})" if isa else model
+
+
 def metadata_of_run(wall_s: float | None = None, modules: list[str] | None = None) -> dict[str, Any]:
     """Date (UTC, ISO 8601), Python and package versions, the machine's CPU count."""
     meta: dict[str, Any] = {
@@ -193,6 +209,7 @@ def metadata_of_run(wall_s: float | None = None, modules: list[str] | None = Non
         "versions": {d: _version(d) for d in VERSIONS},
         "cpu_count": os.cpu_count() or 1,
         "platform": platform.platform(),
+        "cpu": _cpu(),
         "command": _command(),
     }
     if hasattr(os, "getloadavg"):                   # the machine is shared: how busy it was

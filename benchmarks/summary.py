@@ -96,7 +96,8 @@ def provenance(doc: dict[str, Any]) -> str:
     command = m.get("command", "python -m benchmarks")
     words = command.split()
     source = words[words.index("--json") + 1] if "--json" in words[:-1] else "bench.json"
-    line = (f"Figures from one run of `{command}` on a {cpus}-core machine "
+    cpu = f" {m['cpu']}" if m.get("cpu") else ""
+    line = (f"Figures from one run of `{command}` on a {cpus}-core{cpu} machine "
             f"({m['date'][:10]}{took}; Python {m['python']}, {versions}), rendered by "
             f"`python -m benchmarks.summary {source} --write-readme`.")
     targets = [f for f in doc["figures"] if "target" in f]
