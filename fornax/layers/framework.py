@@ -742,6 +742,8 @@ class ResidentPlan:
 
     def release(self) -> None:
         """Free the uploaded constants (the plan can no longer run)."""
+        self._captures.clear()
+        self._captured_at.clear()
         for ptr in self.constants.values():
             try:
                 self.runtime.free(ptr)

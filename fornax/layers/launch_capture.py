@@ -25,6 +25,7 @@ unloaded (a device reset), or when a replay raises.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -46,16 +47,21 @@ Call = tuple[str, tuple[Any, ...], dict[str, Any], Any]
 
 class RuntimeTap:
     """Stands in for a runtime during a captured run: forwards every call, records the ones
-    in :data:`REPLAYED`, and notes the first other call that changes something."""
+    in :data:`REPLAYED`, and notes the first other call that changes something.  Only the
+    capturing thread's calls are recorded: the library it stands in for may serve another
+    thread meanwhile (its calls are forwarded, and are no part of the capture)."""
 
     def __init__(self, runtime: Runtime):
         self._runtime = runtime
+        self._thread = threading.get_ident()
         self.calls: list[Call] = []
         #: why the run cannot be replayed (None: it can)
         self.refused: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._runtime, name)
+        if threading.get_ident() != self._thread:
+            return attr
         if name in REPLAYED:
             return self._recording(name, attr)
         if name not in QUERIES and callable(attr) and self.refused is None:
