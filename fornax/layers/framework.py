@@ -27,7 +27,7 @@ from .driver import Driver, Module
 from .face import (AutocastPolicy, OpOverloadLike, TorchFace, aten_name, device_properties,
                    parse_torch_face)
 from .graph import OPS, DType, Graph, Node, Value
-from .launch_capture import LaunchCapture, RuntimeTap
+from .launch_capture import LaunchCapture, RuntimeTap, relocations
 from .library import Library
 from .runtime import Runtime, Stream
 
@@ -405,12 +405,6 @@ def _switches(library: Library | None) -> tuple[Any, ...]:
                  for name in ("autotune", "deterministic", "workspace_limit", "tf32_mode"))
 
 
-def _disjoint(ranges: list[tuple[int, int]]) -> bool:
-    """Whether byte ranges ``(address, size)`` (an empty one as one byte) overlap nowhere."""
-    spans = sorted((a, a + max(n, 1)) for a, n in ranges)
-    return all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
-
-
 def _lifetimes(plan: CompiledGraph) -> tuple[dict[int, int], dict[int, int]]:
     """First and last step that touches each buffer (plan inputs and constants live throughout)."""
     first: dict[int, int] = {}
@@ -697,10 +691,9 @@ class ResidentPlan:
             self.last_run = "live"           # split-K orders drawn per call: nothing to capture
             self._live(self.runtime, in_ptrs, out_ptrs, stream, None)
             return
-        tap = RuntimeTap(self.runtime)
-        lib_runtime = getattr(library, "runtime", None)
         calls_log = getattr(library, "calls", None)
-        first_record = len(calls_log) if isinstance(calls_log, list) else 0
+        tap = RuntimeTap(self.runtime, calls_log if isinstance(calls_log, list) else None)
+        lib_runtime = getattr(library, "runtime", None)
         if lib_runtime is self.runtime:
             setattr(library, "runtime", tap)     # the library's launches are recorded too
         try:
@@ -714,8 +707,7 @@ class ResidentPlan:
             self.counts["plan_captures_refused"] = self.counts.get("plan_captures_refused", 0) + 1
             self.last_run = "live"
             return
-        records = list(calls_log[first_record:]) if isinstance(calls_log, list) else []
-        self._captures[key] = (stream, LaunchCapture(tap.calls, records))
+        self._captures[key] = (stream, LaunchCapture(tap.calls, tap.records()))
         self._captured_at[key] = (list(in_ptrs), list(out_ptrs))
         self.counts["plans_captured"] = self.counts.get("plans_captured", 0) + 1
 
@@ -725,18 +717,17 @@ class ResidentPlan:
         addresses cannot be followed to this call's (buffers that overlap differently)."""
         places = None
         if old_in != in_ptrs or old_out != out_ptrs:
-            sizes = self.in_nbytes + self.out_nbytes
-            places = list(zip([*old_in, *old_out], sizes, [*in_ptrs, *out_ptrs]))
-            if not (_disjoint([(o, n) for o, n, _ in places]) and
-                    _disjoint([(w, n) for _, n, w in places])):
+            places = relocations(list(zip([*old_in, *old_out], self.in_nbytes + self.out_nbytes,
+                                          [*in_ptrs, *out_ptrs])))
+            if places is None:
                 return False
         calls_log = getattr(self.library, "calls", None)
+        self.last_run = "replayed"
         try:
             capture.replay(self.runtime, calls_log if isinstance(calls_log, list) else None, places)
         except BaseException:
             self._captures.clear()
             raise
-        self.last_run = "replayed"
         self.counts["plan_runs_replayed"] = self.counts.get("plan_runs_replayed", 0) + 1
         return True
 

@@ -41,8 +41,9 @@ QUERIES = frozenset({"current_device", "driver", "default_stream"})
 #: calls whose result is a new device address (a temporary)
 ALLOCATIONS = frozenset({"allocate", "malloc"})
 
-#: one recorded call: method name, positional and keyword arguments, result
-Call = tuple[str, tuple[Any, ...], dict[str, Any], Any]
+#: one recorded call: method name, positional and keyword arguments, result, and how many
+#: records the library had appended to its call log (since the capture began) before it
+Call = tuple[str, tuple[Any, ...], dict[str, Any], Any, int]
 
 
 class RuntimeTap:
@@ -51,9 +52,11 @@ class RuntimeTap:
     capturing thread's calls are recorded: the library it stands in for may serve another
     thread meanwhile (its calls are forwarded, and are no part of the capture)."""
 
-    def __init__(self, runtime: Runtime):
+    def __init__(self, runtime: Runtime, log: list[Any] | None = None):
         self._runtime = runtime
         self._thread = threading.get_ident()
+        #: the library's call log, and its length when the capture began
+        self.log, self.first = log, len(log) if log is not None else 0
         self.calls: list[Call] = []
         #: why the run cannot be replayed (None: it can)
         self.refused: str | None = None
@@ -70,17 +73,42 @@ class RuntimeTap:
 
     def _recording(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
+            logged = len(self.log) - self.first if self.log is not None else 0
             result = fn(*args, **kwargs)
             if name == "memcpy_h2d":          # the bytes as they were: the caller may reuse its array
                 args = (args[0], np.array(args[1], copy=True), *args[2:])
-            self.calls.append((name, args, dict(kwargs), result))
+            self.calls.append((name, args, dict(kwargs), result, logged))
             return result
         return call
 
+    def records(self) -> list[Any]:
+        """What the library appended to its call log during the capture."""
+        return list(self.log[self.first:]) if self.log is not None else []
+
 
 def _size(call: Call) -> int:
-    name, args, kwargs, _ = call
+    name, args, kwargs, _, _ = call
     return int(args[0] if args else kwargs["nbytes"])
+
+
+def relocations(places: list[tuple[int, int, int]]) -> list[tuple[int, int, int]] | None:
+    """``(captured address, size, address now)`` of a call's buffers as ranges to move:
+    buffers that overlapped at the capture (views of one allocation, an output written in
+    place) are one range and must have moved together; None where they did not, or where
+    buffers apart at the capture overlap now (the capture's calls cannot be followed)."""
+    groups: list[list[int]] = []                 # [old lo, old hi, delta]
+    for old, nbytes, new in sorted(places):
+        hi = old + max(nbytes, 1)
+        if groups and old < groups[-1][1]:
+            if new - old != groups[-1][2]:
+                return None
+            groups[-1][1] = max(groups[-1][1], hi)
+        else:
+            groups.append([old, hi, new - old])
+    spans = sorted((lo + d, hi + d) for lo, hi, d in groups)
+    if any(a_hi > b_lo for (_, a_hi), (b_lo, _) in zip(spans, spans[1:])):
+        return None
+    return [(lo, hi - lo, lo + d) for lo, hi, d in groups if d]
 
 
 class _Moves:
@@ -105,7 +133,7 @@ class _Moves:
 
 def _rebased(call: Call, moves: _Moves) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A recorded call's arguments with every device address of a moved temporary moved."""
-    name, args, kwargs, _ = call
+    name, args, kwargs, _, _ = call
     if not moves.ranges:
         return args, kwargs
     if name == "launch":
@@ -122,7 +150,8 @@ def _rebased(call: Call, moves: _Moves) -> tuple[tuple[Any, ...], dict[str, Any]
 
 
 class LaunchCapture:
-    """One captured run of a plan: its runtime calls and the library records it appended."""
+    """One captured run of a plan: its runtime calls and the library records it appended
+    (each after the calls made before it was appended, as in a live run)."""
 
     __slots__ = ("calls", "records", "modules")
 
@@ -137,17 +166,22 @@ class LaunchCapture:
 
     def replay(self, runtime: Runtime, calls_log: list[Any] | None,
                places: list[tuple[int, int, int]] | None = None) -> None:
-        """Make the recorded calls on ``runtime`` again; ``places``: ``(captured address,
-        size, address now)`` of the caller's buffers where they moved since the capture.
-        On an error, what this replay allocated and has not released is released, and the
-        error propagates."""
+        """Make the recorded calls on ``runtime`` again, appending the library's records to
+        ``calls_log`` where a live run would; ``places``: :func:`relocations` of the caller's
+        buffers since the capture.  On an error, what this replay allocated and has not
+        released is released, and the error propagates."""
         moves = _Moves()
         for old, nbytes, new in places or ():
             moves.placed(old, nbytes, new)
+        records = self.records if calls_log is not None else []
+        logged = 0
         live: dict[int, str] = {}          # address -> how to release it
         try:
             for call in self.calls:
-                name = call[0]
+                name, due = call[0], call[4]
+                if due > logged:
+                    calls_log.extend(records[logged:due])     # type: ignore[union-attr]
+                    logged = due
                 args, kwargs = _rebased(call, moves)
                 result = getattr(runtime, name)(*args, **kwargs)
                 if name in ALLOCATIONS:
@@ -162,5 +196,5 @@ class LaunchCapture:
                 except Exception:          # a faulted device: nothing more to release
                     pass
             raise
-        if calls_log is not None and self.records:
-            calls_log.extend(self.records)
+        if len(records) > logged:
+            calls_log.extend(records[logged:])                # type: ignore[union-attr]

@@ -129,3 +129,54 @@ def test_a_library_switch_or_another_stream_is_not_replayed_from_an_old_capture(
     plan(*a, stream)
     assert plan.last_run == "live"
     assert stack.framework.counts["plans_captured"] == 2
+
+
+def test_relocations_move_buffers_that_overlapped_together_or_refuse():
+    from fornax.layers.launch_capture import relocations
+    assert relocations([(100, 8, 100), (200, 8, 200)]) == []
+    assert relocations([(100, 8, 300), (200, 8, 200)]) == [(100, 8, 300)]
+    # an output written in place over its input: one range, moved as one
+    assert relocations([(100, 16, 500), (104, 4, 504)]) == [(100, 16, 500)]
+    assert relocations([(100, 16, 500), (104, 4, 600)]) is None      # they parted
+    assert relocations([(100, 8, 500), (200, 8, 504)]) is None       # they meet now
+    assert relocations([(100, 0, 100), (100, 0, 100)]) == []          # empty buffers at one address
+
+
+def _failing_on(stack, nth):
+    """The runtime's ``nth`` next launch raises, as a device fault would."""
+    from fornax.layers.errors import FornaxError
+    real, seen = stack.runtime.launch, [0]
+
+    def launch(*args, **kwargs):
+        seen[0] += 1
+        if seen[0] == nth:
+            raise FornaxError("injected launch failure", seam="runtime")
+        return real(*args, **kwargs)
+    stack.runtime.launch = launch
+
+
+@pytest.mark.parametrize("workload, nth", [("mlp", 1), ("mlp", 2), ("block", 3), ("block", 7)])
+def test_a_replay_that_fails_leaves_what_a_live_run_that_fails_leaves(workload, nth):
+    """The library's call log up to the failing call, and no temporary held."""
+    from fornax.layers.errors import FornaxError
+    from fornax.scenarios.workloads import transformer_block
+    graph, feeds = (mlp(5, batch=8, d_in=32, hidden=48, d_out=16) if workload == "mlp"
+                    else transformer_block(0))
+    state = []
+    for replay in (True, False):
+        stack = compose(make_config("cuda-like", replay=replay))   # GEMMs are library calls
+        plan, (a,) = _plan_and_buffers(stack, graph, feeds, 1)
+        for _ in range(2):
+            _call(stack, plan, graph, feeds, *a)
+        before = len(stack.library.calls)
+        _failing_on(stack, nth)
+        with pytest.raises(FornaxError, match="injected"):
+            plan(*a)
+        assert plan.last_run == ("replayed" if replay else "live")
+        stack.runtime.synchronize()
+        alloc = stack.runtime._allocators[0]
+        state.append((len(stack.library.calls) - before, [c.routine for c in stack.library.calls],
+                      alloc.stats["allocated_bytes"], len(alloc.active)))
+    assert state[0] == state[1]
+    if workload == "mlp":      # the first GEMM ran (and was logged) before a later launch failed
+        assert state[0][0] == (nth > 1)
