@@ -112,7 +112,10 @@ def test_the_config_key_and_a_bad_value(tmp_path):
     path = tmp_path / "stack.toml"
     path.write_text('[stack]\nvendor = "rocm-like"\nreplay = false\n')
     cfg = load_config(path)
-    assert cfg.replay is False and compose(cfg).devices[0].replays.stats()["replay"] is False
+    stack = compose(cfg)
+    assert cfg.replay is False and stack.devices[0].replays.stats()["replay"] is False
+    assert stack.framework.capture_plans is False          # nor are plan runs captured
+    assert compose(make_config("rocm-like")).framework.capture_plans is True
     assert make_config("rocm-like", base=cfg, replay=True).replay is True
     path.write_text('[stack]\nvendor = "rocm-like"\nreplay = "no"\n')
     with pytest.raises(Exception, match="replay must be true or false"):
