@@ -1,26 +1,27 @@
-"""Captured launch sequences: a resident plan run again on the same buffers skips its
-framework and library work.
+"""Captured launch sequences: a resident plan run again skips its framework and library work.
 
 A compiled plan launched on device-resident buffers (a ``torch.compile`` graph's segment,
 a ``fornax.frameworks.jax.jit`` program) makes the same runtime calls every time it runs
-on the same addresses: the same allocations of its temporaries, the same kernel launches
-with the same resolved arguments (the library's algorithm choice, grids and workspaces
-depend only on shapes and on the library's switches), the same frees.  So, as CUDA graphs
-do, the plan's second run on a set of addresses is *captured* -- the runtime calls it
-makes, through a :class:`RuntimeTap` that forwards each one and records it -- and later
-runs *replay* them: the recorded calls are made on the runtime again, in order, without
-walking the plan or asking the library to plan anything.  (The first run is a warm-up: a
+on a stream: the same allocations of its temporaries, the same kernel launches with the
+same arguments up to where its buffers lie (the library's algorithm choice, grids and
+workspaces depend only on shapes and on the library's switches), the same frees.  So, as
+CUDA graphs do, the plan's second run on a stream is *captured* -- the runtime calls it and
+its library make, through a :class:`RuntimeTap` that forwards each one and records it --
+and later runs *replay* them: the recorded calls are made on the runtime again, in order,
+without walking the plan or asking the library to plan anything, and the library's call
+records are appended where a live run appends them.  (The first run is a warm-up: a
 library that autotunes does it there.)
 
 Every recorded call still goes through the runtime, the driver and the simulator, so a
 replayed run has the results, device times, counters and traces of a live one: only the
-host time the framework and library layers take is saved.  A temporary the allocator
-places elsewhere than at capture is followed: later arguments inside its old range move
-with it.  A capture is not taken (and the reason is kept) where a replay could differ from
-a live run: a collective step (other ranks take part), a library whose split-K reductions
-draw a fresh order per call, a call other than an allocation, a copy, a launch or a module
-lookup.  It is dropped when the library's switches change, when a module it launches was
-unloaded (a device reset), or when a replay raises.
+host time the framework and library layers take is saved.  The caller's buffers and the
+temporaries the allocator places elsewhere than at the capture are followed: arguments
+inside their old ranges move with them (:func:`relocations`).  A capture is not taken (and
+the reason is kept) where a replay could differ from a live run: a collective step (other
+ranks take part), a library whose split-K reductions draw a fresh order per call, a call
+other than an allocation, a copy, a launch or a module lookup.  It is dropped when the
+library's switches change, when a module it launches was unloaded (a device reset), or
+when a replay raises.
 """
 
 from __future__ import annotations
