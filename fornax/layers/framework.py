@@ -696,12 +696,12 @@ class ResidentPlan:
         lib_runtime = getattr(library, "runtime", None)
         if lib_runtime is self.runtime:
             setattr(library, "runtime", tap)     # the library's launches are recorded too
+        self.last_run = "captured"
         try:
             self._live(cast(Runtime, tap), in_ptrs, out_ptrs, stream, None)
         finally:
             if lib_runtime is self.runtime:
                 setattr(library, "runtime", lib_runtime)
-        self.last_run = "captured"
         if tap.refused is not None or (library is not None and lib_runtime is not self.runtime):
             self.refused = tap.refused or "the library runs on another runtime"
             self.counts["plan_captures_refused"] = self.counts.get("plan_captures_refused", 0) + 1
@@ -727,6 +727,7 @@ class ResidentPlan:
             capture.replay(self.runtime, calls_log if isinstance(calls_log, list) else None, places)
         except BaseException:
             self._captures.clear()
+            self._captured_at.clear()
             raise
         self.counts["plan_runs_replayed"] = self.counts.get("plan_runs_replayed", 0) + 1
         return True
