@@ -593,8 +593,6 @@ class ResidentPlan:
                 self.refused = "a library call whose reduction order is drawn per call"
         #: (stream id, library switches) -> the stream and its capture, or None after a warm-up run
         self._captures: dict[tuple[Any, ...], tuple[Stream, LaunchCapture | None]] = {}
-        #: the input and output addresses of the captured run, per key
-        self._captured_at: dict[tuple[Any, ...], tuple[list[int], list[int]]] = {}
         self.module = runtime.load_module(plan.binary) if plan.binary is not None else None
         self.constants: dict[int, int] = {}
         stream = stream if stream is not None else runtime.default_stream()
@@ -604,7 +602,8 @@ class ResidentPlan:
                 runtime.memcpy_h2d(self.constants[bid], _c_order(buf.data), stream)
         self.in_shapes = [plan.buffers[b].shape for b in plan.inputs]
         self.out_nbytes = [plan.buffers[b].nbytes for b in plan.outputs]
-        self.in_nbytes = [plan.buffers[b].nbytes for b in plan.inputs]
+        #: the byte sizes of a call's buffers: inputs, then outputs
+        self._nbytes = [plan.buffers[b].nbytes for b in plan.inputs] + self.out_nbytes
         self._copy_out: list[bool] = []          # outputs that need a device-to-device copy after the steps
         seen = set(plan.inputs) | set(self.constants)
         for i, bid in enumerate(plan.outputs):
@@ -653,16 +652,13 @@ class ResidentPlan:
         key = (id(stream), _switches(self.library))
         held = self._captures.get(key)
         if held is not None and held[0] is stream and held[1] is not None:
-            capture = held[1]
-            old_in, old_out = self._captured_at[key]
-            if capture.valid() and self._replay(capture, old_in, old_out, in_ptrs, out_ptrs):
+            if held[1].valid() and self._replay(held[1], [*in_ptrs, *out_ptrs]):
                 return
             del self._captures[key]          # a device reset, or addresses that cannot be followed
             held = None
         if held is None or held[0] is not stream:
             if len(self._captures) >= 8:     # streams and switches that keep changing
                 self._captures.clear()
-                self._captured_at.clear()
             self._captures[key] = (stream, None)          # this run warms up: the next is captured
             self.last_run = "live"
             self._live(runtime, in_ptrs, out_ptrs, stream, collective)
@@ -707,18 +703,16 @@ class ResidentPlan:
             self.counts["plan_captures_refused"] = self.counts.get("plan_captures_refused", 0) + 1
             self.last_run = "live"
             return
-        self._captures[key] = (stream, LaunchCapture(tap.calls, tap.records()))
-        self._captured_at[key] = (list(in_ptrs), list(out_ptrs))
+        self._captures[key] = (stream, LaunchCapture(tap.calls, tap.records(), [*in_ptrs, *out_ptrs]))
         self.counts["plans_captured"] = self.counts.get("plans_captured", 0) + 1
 
-    def _replay(self, capture: LaunchCapture, old_in: list[int], old_out: list[int],
-                in_ptrs: list[int], out_ptrs: list[int]) -> bool:
-        """Replay ``capture`` on this call's buffers; False (nothing done) where the captured
-        addresses cannot be followed to this call's (buffers that overlap differently)."""
+    def _replay(self, capture: LaunchCapture, buffers: list[int]) -> bool:
+        """Replay ``capture`` on this call's buffers (inputs, then outputs); False (nothing
+        done) where the captured addresses cannot be followed to this call's (buffers that
+        overlap differently)."""
         places = None
-        if old_in != in_ptrs or old_out != out_ptrs:
-            places = relocations(list(zip([*old_in, *old_out], self.in_nbytes + self.out_nbytes,
-                                          [*in_ptrs, *out_ptrs])))
+        if capture.buffers != buffers:
+            places = relocations(list(zip(capture.buffers, self._nbytes, buffers)))
             if places is None:
                 return False
         calls_log = getattr(self.library, "calls", None)
@@ -727,7 +721,6 @@ class ResidentPlan:
             capture.replay(self.runtime, calls_log if isinstance(calls_log, list) else None, places)
         except BaseException:
             self._captures.clear()
-            self._captured_at.clear()
             raise
         self.counts["plan_runs_replayed"] = self.counts.get("plan_runs_replayed", 0) + 1
         return True
@@ -735,7 +728,6 @@ class ResidentPlan:
     def release(self) -> None:
         """Free the uploaded constants (the plan can no longer run)."""
         self._captures.clear()
-        self._captured_at.clear()
         for ptr in self.constants.values():
             try:
                 self.runtime.free(ptr)

@@ -154,12 +154,14 @@ class LaunchCapture:
     """One captured run of a plan: its runtime calls and the library records it appended
     (each after the calls made before it was appended, as in a live run)."""
 
-    __slots__ = ("calls", "records", "modules")
+    __slots__ = ("calls", "records", "modules", "buffers")
 
-    def __init__(self, calls: list[Call], records: list[Any]):
+    def __init__(self, calls: list[Call], records: list[Any], buffers: list[int]):
         self.calls = calls
         self.records = records
         self.modules = [c[1][0] for c in calls if c[0] == "launch"]
+        #: the caller's buffer addresses (inputs, then outputs) of the captured run
+        self.buffers = buffers
 
     def valid(self) -> bool:
         """Whether every module it launches is still loaded (a device reset unloads them)."""

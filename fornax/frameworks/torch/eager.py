@@ -622,8 +622,8 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     shape = tuple(dst.shape)
     sd, dd = TORCH_TO_DTYPE[src.dtype], TORCH_TO_DTYPE[dst.dtype]
     key = ("copy", shape, tuple(src.stride()), sd, dd, tuple(dst.stride()))
-    plan = _cached_plan(session, key, lambda: _strided.convert_graph(shape, tuple(src.stride()), sd, dd,
-                                                             tuple(dst.stride())))
+    plan = _cached_plan(session, key, lambda: _strided.convert_graph(
+        shape, tuple(src.stride()), sd, dd, tuple(dst.stride())))
     if tuple(dst.stride()) == T.contiguous_strides(shape) or \
             _strided.dense_permutation(shape, tuple(dst.stride())) is not None:      # as convert_graph tests
         # the plan writes the destination's elements in address order, from its first one
