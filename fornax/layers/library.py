@@ -16,6 +16,7 @@ implementation a family subclasses; it composes
 * :mod:`fornax.layers.library_core` -- facts, shipped images, the call log;
 * :mod:`fornax.layers.gemm` -- GEMM (cuBLASLt-shaped; kernels in :mod:`fornax.layers.blas`);
 * :mod:`fornax.layers.dnn` -- convolution, attention, norms, softmax, pooling;
+* :mod:`fornax.layers.paged` -- the paged KV-cache write and paged attention (LLM serving);
 * :mod:`fornax.layers.collectives` -- communicators (NCCL/RCCL/oneCCL-like).
 
 Every routine takes device addresses (ints, the current device's primary
@@ -32,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .call_record import CallRecord
 from .collectives import Communicator
-from .dnn import DnnRoutines
+from .paged import PagedRoutines
 from .gemm import SPLIT_K_FILL, SPLIT_K_MIN_STEPS, Algorithm, GemmProblem, GemmRoutines
 from .binary import ShippedImage
 from .library_core import LibraryCore
@@ -148,6 +149,59 @@ class Library(Protocol):
                    stream: Stream | None = None) -> CallRecord:
         """dx of :meth:`pool2d_fwd` (max pooling through the forward's ``indices``)."""
 
+    # paged KV-cache routines for LLM serving (shared policy in layers/paged.py): the cache is
+    # [num_blocks, block_size, kv_heads, head_dim] per K and V, contiguous, of the routine's dtype
+    def paged_cache_write(self, k: int, v: int, key_cache: int, value_cache: int, slots: int,
+                          params: dict[str, Any], stream: Stream | None = None) -> CallRecord:
+        """vLLM's ``reshape_and_cache``: for every token ``t < num_tokens`` with
+        ``slots[t] >= 0``, ``key_cache[slots[t] // block_size, slots[t] % block_size] = k[t]``
+        (all kv heads), and the same for ``v`` into ``value_cache``.
+
+        k, v: ``[num_tokens, kv_heads, head_dim]`` contiguous, of ``dtype``; slots: int64
+        ``[num_tokens]``; key_cache, value_cache: ``[num_blocks, block_size, kv_heads,
+        head_dim]`` contiguous, of ``dtype``, owned by the caller and written in place: rows
+        no token's slot names keep their contents.  A negative slot is padding and skips its
+        token, and so does a slot at or past ``num_blocks * block_size`` (nothing is written
+        outside the cache).  Two tokens naming one slot leave one of them there (which is
+        unspecified).  ``params``: num_tokens, num_blocks, block_size, kv_heads, head_dim
+        (positive ints), dtype (``[library.dnn] dtypes``).  The write is ordered on ``stream``
+        like every launch: an attention call later on the same stream sees it.  Raises
+        :class:`~fornax.layers.errors.LibraryError` for a missing or non-positive size, a
+        dtype, head dim or block size the family does not support (the message lists
+        ``[library.dnn.paged_attention]``'s), and on a shape-only (meta) device, which
+        cannot price a kernel whose addresses are data."""
+
+    def paged_attention(self, q: int, key_cache: int, value_cache: int, block_tables: int,
+                        seq_lens: int, query_start: int, o: int, params: dict[str, Any],
+                        stream: Stream | None = None) -> CallRecord:
+        """Causal attention of packed queries over a paged K/V cache (decode steps and
+        prefill chunks in one call), written over ``o``.
+
+        q, o: ``[num_tokens, heads, head_dim]`` contiguous, of ``dtype``; sequence ``s`` owns
+        query rows ``query_start[s] .. query_start[s+1] - 1`` (``query_start``: int32
+        ``[num_seqs + 1]``, non-decreasing, at most ``max_query_len`` rows each); ``seq_lens``:
+        int32 ``[num_seqs]``, each sequence's context length *including* its queries, whose
+        K/V the caller has already written (:meth:`paged_cache_write`, earlier on the same
+        stream or ordered before it).  Query row ``i`` of sequence ``s`` (counted from
+        ``query_start[s]``) sits at position ``seq_lens[s] - q_len_s + i`` and attends to
+        the keys at positions ``0 ..`` that position.  ``block_tables``: int32 ``[num_seqs,
+        max_blocks]``; position ``p`` of sequence ``s`` lives in block
+        ``block_tables[s, p // block_size]``, row ``p % block_size``, and entries past a
+        sequence's length are never read.  Grouped-query attention: query head ``h`` reads
+        kv head ``h // (heads // kv_heads)``.  ``o = softmax(scale q k^T) v`` over the visible
+        keys, softmax and accumulation in float32, the probabilities rounded to ``dtype``
+        before the second product (as flash kernels do); rows outside every sequence's
+        range are left untouched.  ``params``: num_seqs, num_tokens, max_query_len,
+        max_blocks, heads, kv_heads, head_dim, block_size (positive ints), scale (default
+        ``1/sqrt(head_dim)``), dtype.  The contents of the index buffers are the caller's
+        contract (the library cannot read device data before launching): a sequence longer
+        than ``max_blocks * block_size`` attends only to that many keys.  Raises
+        :class:`~fornax.layers.errors.LibraryError` for a missing or non-positive size,
+        ``heads`` not a multiple of ``kv_heads``, ``max_query_len > num_tokens``, a scale that
+        is not a finite number, a dtype, head dim or block size the family does not support
+        (the message lists ``[library.dnn.paged_attention]``'s), no query tile fitting shared
+        memory, and on a shape-only (meta) device."""
+
     # collectives (NCCL/RCCL/oneCCL-like; shared policy in layers/collectives.py)
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:
@@ -163,11 +217,12 @@ class Library(Protocol):
         every call's choice and reason, and every collective."""
 
 
-class LibraryBase(GemmRoutines, DnnRoutines):
+class LibraryBase(GemmRoutines, PagedRoutines):
     """Shared library policy; a vendor subclass sets ``vendor``, ``facts`` and ``encoders``.
 
-    GEMM (:mod:`fornax.layers.gemm`) and the DNN routines (:mod:`fornax.layers.dnn`) are
-    mixed in over :class:`~fornax.layers.library_core.LibraryCore`."""
+    GEMM (:mod:`fornax.layers.gemm`) and the DNN routines (:mod:`fornax.layers.dnn`, with the
+    paged KV-cache routines of :mod:`fornax.layers.paged` built on them) are mixed in over
+    :class:`~fornax.layers.library_core.LibraryCore`."""
 
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:

@@ -130,6 +130,8 @@ class MarshallingLibrary:
     softmax_bwd = _forwarded("softmax_bwd")
     pool2d_fwd = _forwarded("pool2d_fwd")
     pool2d_bwd = _forwarded("pool2d_bwd")
+    paged_cache_write = _forwarded("paged_cache_write")
+    paged_attention = _forwarded("paged_attention")
 
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:

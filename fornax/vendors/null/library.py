@@ -53,6 +53,13 @@ class NullLibrary:
     def layer_norm_fwd(self, x, gamma, beta, y, mean, rstd, params, stream=None):
         raise not_implemented("library.layer_norm_fwd")
 
+    def paged_attention(self, q, key_cache, value_cache, block_tables, seq_lens, query_start, o, params,
+                        stream=None):
+        raise not_implemented("library.paged_attention")
+
+    def paged_cache_write(self, k, v, key_cache, value_cache, slots, params, stream=None):
+        raise not_implemented("library.paged_cache_write")
+
     def pool2d_bwd(self, dy, dx, params, indices=None, stream=None):
         raise not_implemented("library.pool2d_bwd")
 
