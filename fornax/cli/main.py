@@ -32,6 +32,7 @@ from .devices import devices
 from .drill import drill
 from .errors import FornaxGroup, _fail, debug_option, handle_errors
 from .qualify import qualify
+from .serve import serve_cmd
 from .trace import trace_cmd
 
 
@@ -256,5 +257,5 @@ def workloads(as_json, debug):
     Console().print(t)
 
 
-for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, trace_cmd):
+for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, serve_cmd, trace_cmd):
     main.add_command(_command)
