@@ -51,6 +51,10 @@ def _rates(text: str) -> list[float]:
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--model", default="llama", show_default=True, metavar="NAME",
               help="The decoder served: llama or gpt2 (transformers models from small configs).")
+@click.option("--decoder", default="torch", show_default=True, metavar="KIND",
+              help="How the model runs: torch (its transformers modules op by op on "
+                   "torch.device('fornax')) or graph (fornax's own graph decoder: whole graphs "
+                   "compiled by the stack; llama only).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Requests from a JSONL file ({\"prompt\": [...], \"max_new_tokens\": N, "
                    "\"arrival\": seconds, \"id\": ...} per line) instead of a generated trace.")
@@ -80,7 +84,7 @@ def _rates(text: str) -> list[float]:
               help="Arrival rates for --plot (default: the rate x 1/4, 1/2, 1, 2, 4).")
 @debug_option
 @handle_errors
-def serve_cmd(vendor, seams, config_path, spec, model, trace_path, n_requests, rate, prompt_len,
+def serve_cmd(vendor, seams, config_path, spec, model, decoder, trace_path, n_requests, rate, prompt_len,
               output_len, shared_prefix, seed, num_blocks, block_size, host_blocks, max_num_seqs,
               max_batched_tokens, no_chunked_prefill, preemption, no_prefix_caching, capacity_len,
               as_json, plot_path, plot_rates, debug):
@@ -93,7 +97,7 @@ def serve_cmd(vendor, seams, config_path, spec, model, trace_path, n_requests, r
     ft.use_stack(vendor, config=config_path, spec=spec, seams=parse_seam_overrides(seams) or None)
     sched = serving.SchedulerConfig(max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                                     chunked_prefill=not no_chunked_prefill, preemption=preemption)
-    cfg = serving.ServeConfig(model=model, num_blocks=num_blocks, block_size=block_size,
+    cfg = serving.ServeConfig(model=model, decoder=decoder, num_blocks=num_blocks, block_size=block_size,
                               host_blocks=host_blocks, prefix_caching=not no_prefix_caching,
                               scheduler=sched)
     vocab = serving.shape_of(serving.build(model)).vocab

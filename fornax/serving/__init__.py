@@ -25,6 +25,8 @@ On top of it, the parts that run on the device and report:
 * :mod:`fornax.serving.runner` — :class:`~fornax.serving.runner.PagedModel`: a step of the
   model on ``torch.device("fornax")``, attention through the library seam's
   ``paged_cache_write`` and ``paged_attention``.
+* :mod:`fornax.serving.graph_model` — :class:`~fornax.serving.graph_model.GraphPagedModel`:
+  fornax's own graph decoder, the same Llama as whole graphs compiled by the stack.
 * :mod:`fornax.serving.engine` — :func:`~fornax.serving.engine.serve`: arrivals, steps and the
   simulated clock.
 * :mod:`fornax.serving.metrics` — the ``fornax.serve/1`` report; :mod:`fornax.serving.capacity`
@@ -34,6 +36,7 @@ On top of it, the parts that run on the device and report:
 from .blocks import BlockManager
 from .capacity import REFERENCE_SHAPES, Capacity, capacity
 from .engine import Engine, ServeConfig, ServeResult, serve
+from .graph_model import GraphPagedModel
 from .metrics import capacity_rows, document, latencies, render
 from .models import DecoderShape, build, shape_of
 from .plot import plot_load
@@ -41,7 +44,7 @@ from .requests import Request, TraceSpec, load_jsonl, poisson_trace
 from .scheduler import Scheduler, SchedulerConfig, Step
 from .sequence import Sequence
 
-__all__ = ["REFERENCE_SHAPES", "BlockManager", "Capacity", "DecoderShape", "Engine", "Request",
+__all__ = ["REFERENCE_SHAPES", "BlockManager", "Capacity", "DecoderShape", "Engine", "GraphPagedModel", "Request",
            "Scheduler", "SchedulerConfig", "Sequence", "ServeConfig", "ServeResult", "Step", "TraceSpec",
            "build", "capacity", "capacity_rows", "document", "latencies", "load_jsonl", "plot_load",
            "poisson_trace", "render", "serve", "shape_of"]

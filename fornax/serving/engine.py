@@ -27,6 +27,7 @@ from ..frameworks.torch import session as _session
 from ..layers.errors import ConfigError, FornaxError
 from ..sim.spec import ChipSpec
 from .blocks import BlockManager
+from .graph_model import GraphPagedModel
 from .models import build
 from .requests import Request
 from .runner import PagedModel
@@ -39,6 +40,9 @@ class ServeConfig:
     """What ``fornax serve`` runs: the model, the KV cache and the scheduler's limits."""
 
     model: str = "llama"
+    #: how the model runs: "torch" (its transformers modules, op by op on torch.device("fornax"))
+    #: or "graph" (fornax's own graph decoder: whole graphs compiled by the stack)
+    decoder: str = "torch"
     num_blocks: int = 128          # device KV blocks
     block_size: int = 16           # tokens per block
     host_blocks: int = 64          # swap space, in blocks
@@ -50,6 +54,8 @@ class ServeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"serve: {name} must be a positive integer, got {v!r}")
+        if self.decoder not in ("torch", "graph"):
+            raise ConfigError(f"serve: decoder must be torch or graph, got {self.decoder!r}")
         if not isinstance(self.host_blocks, int) or self.host_blocks < 0:
             raise ConfigError(f"serve: host_blocks must be 0 or more, got {self.host_blocks!r}")
 
@@ -97,7 +103,8 @@ class Engine:
         self.config = config or ServeConfig()
         cfg = self.config
         self.session = _session.current()
-        self.model = PagedModel(build(cfg.model), cfg.num_blocks, cfg.block_size, cfg.host_blocks)
+        runner = GraphPagedModel if cfg.decoder == "graph" else PagedModel
+        self.model = runner(build(cfg.model), cfg.num_blocks, cfg.block_size, cfg.host_blocks)
         self.blocks = BlockManager(cfg.num_blocks, cfg.block_size, cfg.prefix_caching, cfg.host_blocks)
         self.scheduler = Scheduler(cfg.scheduler, self.blocks)
         self.timeline = self.session.stack.devices[0].timeline

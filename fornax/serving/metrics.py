@@ -61,6 +61,7 @@ def document(result: ServeResult, capacities: list[Capacity] | None = None) -> d
         "vendor": result.vendor,
         "spec": result.spec,
         "model": result.config.model,
+        "decoder": result.config.decoder,
         "model_shape": result.model_shape,
         "config": {"num_blocks": result.config.num_blocks, "block_size": result.config.block_size,
                    "host_blocks": result.config.host_blocks,
@@ -95,7 +96,7 @@ def document(result: ServeResult, capacities: list[Capacity] | None = None) -> d
 
 def render(doc: dict[str, Any], console: Console) -> None:
     """The document as tables."""
-    head = Table(title=f"fornax serve: {doc['model']} on {doc['vendor']} / {doc['spec']} "
+    head = Table(title=f"fornax serve: {doc['model']} ({doc['decoder']} decoder) on {doc['vendor']} / {doc['spec']} "
                        f"({doc['requests']} requests)")
     head.add_column("figure")
     head.add_column("value", justify="right")

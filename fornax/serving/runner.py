@@ -68,6 +68,10 @@ class PagedModel:
         return self.num_blocks * self.block_size * self.shape.kv_bytes_per_token
 
     # -- one step ------------------------------------------------------------------------------
+    def _padded(self, tokens: int) -> int:
+        """The token count a step of ``tokens`` tokens runs with (here: no padding)."""
+        return tokens
+
     def execute(self, step: Step) -> dict[str, int]:
         """Run ``step`` (swaps first); the greedy next token of every sequence it samples."""
         self._swap(step)
@@ -99,6 +103,10 @@ class PagedModel:
             if step.samples(seq, n):
                 rows.append(starts[-1] - 1)
                 sampled.append(seq.id)
+        # padding rows (a plan compiled per padded size serves every step of that size): token
+        # 0 at position 0, a negative slot (nothing written), no sequence owns them
+        pad = self._padded(len(ids)) - len(ids)
+        ids, positions, slots = ids + [0] * pad, positions + [0] * pad, slots + [-1] * pad
         with torch.no_grad():
             meta = {
                 "ids": torch.tensor(ids, dtype=torch.int64).to("fornax"),
@@ -112,13 +120,19 @@ class PagedModel:
             hidden = self._forward(meta)
             if not rows:
                 return {}
-            picked = hidden.index_select(0, torch.tensor(rows, dtype=torch.int64).to("fornax"))
-            logits = self.model.lm_head(picked)
-            tokens = logits.argmax(dim=-1).cpu().tolist()
-        return dict(zip(sampled, (int(t) for t in tokens)))
+            tokens = self._sample(hidden, rows)
+        return dict(zip(sampled, tokens))
+
+    def _sample(self, hidden: torch.Tensor, rows: list[int]) -> list[int]:
+        """The greedy next token of each row ``rows`` of the residual stream ``hidden``: the
+        final norm, the output head, the argmax (read back to the host once)."""
+        m: Any = self.model
+        norm = m.model.norm if self.kind == "llama" else m.transformer.ln_f
+        picked = hidden.index_select(0, torch.tensor(rows, dtype=torch.int64).to("fornax"))
+        return [int(t) for t in m.lm_head(norm(picked)).argmax(dim=-1).cpu().tolist()]
 
     def _forward(self, meta: dict[str, Any]) -> torch.Tensor:
-        """Hidden states of every token of the step after the final norm, ``[tokens, hidden]``."""
+        """The residual stream of every token of the step after the last layer, ``[tokens, hidden]``."""
         m: Any = self.model              # a transformers model: its submodules by attribute
         if self.kind == "llama":
             h = m.model.embed_tokens(meta["ids"])
@@ -135,8 +149,7 @@ class PagedModel:
                 o = self._attention(i, q, k, v, meta)
                 h = h + att.o_proj(o.view(-1, self.shape.heads * self.shape.head_dim))
                 h = h + layer.mlp(layer.post_attention_layernorm(h))
-            out: torch.Tensor = m.model.norm(h)
-            return out
+            return h
         t: Any = m.transformer
         h = t.wte(meta["ids"]) + t.wpe(meta["positions"].to("fornax"))
         width = self.shape.hidden
@@ -146,8 +159,7 @@ class PagedModel:
             o = self._attention(i, q, k, v, meta)
             h = h + block.attn.c_proj(o.view(-1, width))
             h = h + block.mlp(block.ln_2(h))
-        out = t.ln_f(h)
-        return out
+        return h
 
     def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    meta: dict[str, Any]) -> torch.Tensor:
