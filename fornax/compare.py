@@ -46,14 +46,29 @@ if TYPE_CHECKING:
     from .frameworks.jax import Client
     from .layers.framework import RunResult
     from .scenarios.jax_workloads import JaxRun, JaxWorkload
+    from .scenarios.max_workloads import MaxRun, MaxWorkload
     from .scenarios.torch_workloads import TorchRun, TorchWorkload
 
-#: a workload of any front end: a graph workload, a torch.nn program or a JAX function
-AnyWorkload = Union[Workload, "TorchWorkload", "JaxWorkload"]
+#: a workload of any front end: a graph workload, a torch.nn program, a JAX function or a
+#: MAX-style graph
+AnyWorkload = Union[Workload, "TorchWorkload", "JaxWorkload", "MaxWorkload"]
 
 SCHEMA = "fornax.compare/1"
-#: where a workload comes from: the graph IR, a torch.nn program, a JAX function
-FRAMEWORKS = ("graph", "torch", "jax")
+#: where each front end places its public hardware boundary: where the vendor's code begins,
+#: and what the vendor gets to see there (a comparison across front ends shows these rows)
+BOUNDARIES: dict[str, dict[str, str]] = {
+    "graph": {"begins": "the framework seam: fornax's graph IR, compiled by the stack",
+              "sees": "the whole graph (the compiler fuses and picks kernels)"},
+    "torch": {"begins": "the ATen dispatcher (PrivateUse1 kernels, one per op); torch.compile "
+                        "hands the backend an FX graph",
+              "sees": "one ATen op at a time in eager mode; a traced graph under torch.compile"},
+    "jax": {"begins": "PJRT: compile and execute of a whole program",
+            "sees": "the whole program (a jaxpr here, StableHLO at the real boundary); never kernels"},
+    "max": {"begins": "the graph compiler, plus the custom ops' kernels through the library",
+            "sees": "the whole graph, and the kernels the user wrote for custom ops"},
+}
+#: where a workload comes from: the graph IR, a torch.nn program, a JAX function, a MAX-style graph
+FRAMEWORKS = ("graph", "torch", "jax", "max")
 def default_vendors() -> list[str]:
     """The families a matrix crosses when no --vendors (and no --stack) is given: every
     runnable registered family (the one registry, :func:`fornax.stack.runnable_vendors`)."""
@@ -73,12 +88,17 @@ def resolve_workload(framework: str, name: str | None, flag: str = "--framework"
     if framework == "jax":
         from .scenarios import jax_workloads
         return jax_workloads.get_workload(name or jax_workloads.DEFAULT_WORKLOAD)
+    if framework == "max":
+        from .scenarios import max_workloads
+        return max_workloads.get_workload(name or max_workloads.DEFAULT_WORKLOAD)
     try:
         return get_workload(name or DEFAULT_WORKLOAD)
     except ConfigError as exc:
         from .scenarios.jax_workloads import WORKLOADS as JAX_WORKLOADS
+        from .scenarios.max_workloads import WORKLOADS as MAX_WORKLOADS
         from .scenarios.torch_workloads import WORKLOADS as TORCH_WORKLOADS
-        kinds = [k for k, table in (("torch", TORCH_WORKLOADS), ("jax", JAX_WORKLOADS)) if name in table]
+        kinds = [k for k, table in (("torch", TORCH_WORKLOADS), ("jax", JAX_WORKLOADS), ("max", MAX_WORKLOADS))
+                 if name in table]
         if kinds:
             raise ConfigError(exc.message, hint=f"{name} is a {' and '.join(kinds)} workload: "
                               f"add {' or '.join(f'{flag} {k}' for k in kinds)}") from None
@@ -102,7 +122,7 @@ def prepare(cfg: StackConfig, framework: str, workload: str | None, origin: str 
     Every mistake here is a :class:`ConfigError` (nothing has run yet); ``origin`` names the
     JAX client (``client.describe()``)."""
     wl = resolve_workload(framework, workload)
-    if framework in ("torch", "jax") and cfg.meta:
+    if framework in ("torch", "jax", "max") and cfg.meta:
         raise ConfigError(f"--framework {framework} computes real values on the fornax device; a "
                           "shape-only (--meta) stack cannot back it")
     if framework == "graph" and wl.meta_only and not cfg.meta:
@@ -150,7 +170,7 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
     nums: list[dict[str, Any]] = []
     scenario: dict[str, Any] | None = None
     parallel: dict[str, Any] | None = None
-    frun: TorchRun | JaxRun | None = None
+    frun: TorchRun | JaxRun | MaxRun | None = None
     failed: str | None = None
     try:
         if framework == "torch":            # a torch.nn program through the torch front end
@@ -160,6 +180,10 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
         elif framework == "jax":            # a JAX function through fornax.frameworks.jax.jit
             from .scenarios import jax_workloads
             frun = jax_workloads.run(wl.name, prep.client, seed=cfg.seed)
+            nums = frun.numerics
+        elif framework == "max":            # a MAX-style graph through an InferenceSession
+            from .scenarios import max_workloads
+            frun = max_workloads.run(wl.name, stack, seed=cfg.seed)
             nums = frun.numerics
         elif cfg.parallel is not None:      # every device runs a rank (fornax.scenarios.parallel)
             from .scenarios import parallel as parallel_mod
@@ -185,6 +209,8 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
         rep["torch"] = _torch_section(frun)
     if framework == "jax":
         rep["jax"] = _jax_section(frun, prep.client)
+    if framework == "max" and frun is not None:
+        rep["max"] = {**cast("MaxRun", frun).boundary, "stack": stack.describe()}
     report_mod.front_end_counts(rep)
     return Outcome(stack, rep, failed)
 
@@ -401,9 +427,11 @@ def compare(cols: list[Column], *, debug: bool = False,
         one_off = warm_up(col)
         out = execute(prepared.pop(0), debug=debug)      # popped: a finished run's devices go
         docs.append({**_column_doc(col, out), "one_off": one_off})
+    fws = list(dict.fromkeys(c.framework for c in cols))
     return {"schema": SCHEMA, "workload": names[0],
             "metrics": [{"key": m.key, "label": m.label, "unit": m.unit} for m in METRICS],
-            "columns": docs, "ok": all(d["status"] == "ok" for d in docs)}
+            "columns": docs, "ok": all(d["status"] == "ok" for d in docs),
+            "boundaries": {fw: BOUNDARIES[fw] for fw in fws}}
 
 
 # ---- rendering -----------------------------------------------------------------------------------
@@ -441,6 +469,10 @@ def render(doc: dict, console) -> None:
         t.add_column(escape(c["label"]), justify="right", overflow="fold")
     t.add_row("stack", *(escape(c["stack"]["description"]) for c in cols))
     t.add_row("front end", *(c["framework"] for c in cols))
+    if len(fws) > 1:        # front ends side by side: where each puts the hardware boundary
+        b = doc.get("boundaries") or BOUNDARIES
+        t.add_row("vendor code begins at", *(escape(b[c["framework"]]["begins"]) for c in cols))
+        t.add_row("the vendor sees", *(escape(b[c["framework"]]["sees"]) for c in cols))
     t.add_row("status", *(STATUS_TEXT[c["status"]] for c in cols), end_section=True)
     units = {m["key"]: m["unit"] for m in doc["metrics"]}
     for m in doc["metrics"]:

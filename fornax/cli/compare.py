@@ -118,8 +118,9 @@ def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path
               help=f"Vendor families to compare, every seam from one family (default "
                    f"{','.join(cmp.default_vendors())}).")
 @click.option("--frameworks", default=None, metavar="F,F,...",
-              help="Front ends to cross with the stacks: graph (default), torch, jax; the workload "
-                   "must exist for each.")
+              help="Front ends to cross with the stacks: graph (default), torch, jax, max; the "
+                   "workload must exist for each.  Several front ends add rows saying where each "
+                   "puts the hardware boundary.")
 @click.option("--stack", "stacks", multiple=True, metavar="FILE",
               help="A stack config TOML, as `fornax compose --config` takes (repeatable; one column "
                    "each; excludes --vendors).")

@@ -37,7 +37,9 @@ from .paged import PagedRoutines
 from .gemm import SPLIT_K_FILL, SPLIT_K_MIN_STEPS, Algorithm, GemmProblem, GemmRoutines
 from .binary import ShippedImage
 from .library_core import LibraryCore
+from .driver import KernelArgs
 from .runtime import Stream
+from ..sim.isa import Program
 
 __all__ = ["SPLIT_K_FILL", "SPLIT_K_MIN_STEPS", "Algorithm", "CallRecord", "GemmProblem", "Library",
            "LibraryBase", "LibraryCore", "ShippedImage"]
@@ -202,6 +204,14 @@ class Library(Protocol):
         (the message lists ``[library.dnn.paged_attention]``'s), no query tile fitting shared
         memory, and on a shape-only (meta) device."""
 
+    def custom_kernel(self, program: Program, grid: Sequence[int], args: KernelArgs,
+                      stream: Stream | None = None) -> CallRecord:
+        """Launch a kernel the caller wrote (a tile-ISA ``program``, e.g. a graph front end's
+        custom op) on ``grid`` with ``args`` (parameter name -> device address or scalar): the
+        library packs it into its family's image format for the current device (once per
+        program), loads it and launches it on ``stream``.  The record names the program as its
+        algorithm.  A device the library ships no image format for raises LibraryError."""
+
     # collectives (NCCL/RCCL/oneCCL-like; shared policy in layers/collectives.py)
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:
@@ -223,6 +233,21 @@ class LibraryBase(GemmRoutines, PagedRoutines):
     GEMM (:mod:`fornax.layers.gemm`) and the DNN routines (:mod:`fornax.layers.dnn`, with the
     paged KV-cache routines of :mod:`fornax.layers.paged` built on them) are mixed in over
     :class:`~fornax.layers.library_core.LibraryCore`."""
+
+    def custom_kernel(self, program: Program, grid: Sequence[int], args: KernelArgs,
+                      stream: Stream | None = None) -> CallRecord:
+        """Pack, load (once per program) and launch a caller's kernel (see :class:`Library`)."""
+        key = ("custom", program.name, str(id(program)))
+        # the program is kept while its image is cached, so its id names it alone
+        self.__dict__.setdefault("_custom_programs", {})[key[2]] = program
+        module, image = self._dnn_module(key, lambda: [program])
+        grid3 = tuple(int(g) for g in grid)
+        self.runtime.launch(module, program.name, grid3, args, stream)
+        api = self.facts["library"].get("dnn", {}).get("routines", {}).get("custom_kernel", "custom kernel")
+        rec = CallRecord("custom_kernel", program.name,
+                         f"{api}: the caller's kernel {program.name}, packed as {image}", image, grid3)
+        self.calls.append(rec)
+        return rec
 
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:

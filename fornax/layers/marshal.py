@@ -132,6 +132,7 @@ class MarshallingLibrary:
     pool2d_bwd = _forwarded("pool2d_bwd")
     paged_cache_write = _forwarded("paged_cache_write")
     paged_attention = _forwarded("paged_attention")
+    custom_kernel = _forwarded("custom_kernel")
 
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:

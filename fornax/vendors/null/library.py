@@ -29,6 +29,9 @@ class NullLibrary:
     def report(self):
         raise not_implemented("library.report")
 
+    def custom_kernel(self, program, grid, args, stream=None):
+        raise not_implemented("library.custom_kernel")
+
     def attention_bwd(self, q, k, v, o, do, lse, dq, dk, dv, params, stream=None):
         raise not_implemented("library.attention_bwd")
 
