@@ -14,6 +14,7 @@ from typing import Any
 
 from . import tomlfile
 from .faults import SpecError
+from .media import MediaSpec, parse_media
 
 #: field name -> (type, description).  Every field is required.
 _FIELDS: dict[str, tuple[type[Any], str]] = {
@@ -59,6 +60,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type[Any], str]] = {
                                          "each key must be a matrix_peak dtype"),
     "peer_link_efficiency": (float, "fraction of peer_link_bandwidth a transfer achieves on each "
                                     "link (link protocol and error-correction overhead); default 1"),
+    "media": (dict, "fixed-function video decode engines by kind (fornax.sim.media); default none"),
 }
 
 #: the [power] table: energy per unit of work, static power and a thermal RC model
@@ -114,6 +116,8 @@ class ChipSpec:
     matrix_efficiency_by_dtype: dict[str, float] = field(default_factory=dict)
     peer_link_efficiency: float = 1.0
     source: str = ""
+    #: the video decode engines (the ``[media]`` table); None: the chip has none modelled
+    media: MediaSpec | None = None
 
     def peak(self, dtype: str, matrix: bool) -> float:
         """Peak FLOP/s for ``dtype`` on the matrix or vector unit (falls back to fp32 vector)."""
@@ -134,6 +138,15 @@ class ChipSpec:
         """Peer bandwidth per direction per device a transfer achieves, in bytes/s:
         ``peer_link_bandwidth x peer_link_efficiency``."""
         return self.peer_link_bandwidth * self.peer_link_efficiency
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON values (tuples as lists, tables as objects; ``media`` as its
+        table, or None)."""
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            out[k] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else \
+                v.to_dict() if isinstance(v, MediaSpec) else v
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -232,6 +245,8 @@ def _optional(data: dict[str, Any], where: str, matrix_peak: dict[str, float]) -
             dt: _fraction(where, f"matrix_efficiency_by_dtype.{dt}", frac) for dt, frac in table.items()}
     if "peer_link_efficiency" in out:
         _fraction(where, "peer_link_efficiency", out["peer_link_efficiency"])
+    if "media" in out:
+        out["media"] = parse_media(out["media"], where)
     return out
 
 

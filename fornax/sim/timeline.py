@@ -92,7 +92,7 @@ class Semaphore:
 
 @dataclass(slots=True)
 class Packet:
-    engine: str                                   # "compute", "copy" or a peer-link engine
+    engine: str                                   # "compute", "copy", a peer link or a media engine
     work: Callable[[], float]                     # runs the functional effect, returns duration (s)
     label: str = ""
     kind: str = "kernel"
@@ -179,7 +179,8 @@ class Timeline:
         return self.race_detector.races
 
     def add_engine(self, name: str) -> None:
-        """Add an engine that packets name exactly (a peer link: ``peer``, ``peer5``, ...)."""
+        """Add an engine that packets name exactly (a peer link: ``peer``, ``peer5``, ...; a
+        media engine: ``media0``, ...)."""
         self.engines.setdefault(name, 0.0)
 
     def create_queue(self, label: str = "", priority: int = 0) -> HardwareQueue:
@@ -205,8 +206,8 @@ class Timeline:
     def _engine_for(self, packet: Packet) -> str:
         if packet.engine == "compute":
             return "compute"
-        if packet.engine.startswith("peer") and packet.engine in self.engines:
-            return packet.engine
+        if packet.engine.startswith(("peer", "media")) and packet.engine in self.engines:
+            return packet.engine          # a peer link or a media engine is named exactly
         copies = [e for e in self.engines if e.startswith("copy")]
         return min(copies, key=lambda e: self.engines[e]) if copies else "compute"
 

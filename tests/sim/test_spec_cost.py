@@ -37,6 +37,8 @@ def _toml(v):
         return '"' + v + '"'
     if isinstance(v, list):
         return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, dict):                  # a nested table ([media]) as an inline table
+        return "{" + ", ".join(f'"{k}" = {_toml(x)}' for k, x in v.items()) + "}"
     return repr(v)
 
 

@@ -1,5 +1,5 @@
 """The shared driver a vendor subclasses: :class:`DriverBase` assembles the core rules,
-contexts, memory and modules, and owns the queues, context synchronisation and the
+contexts, memory, modules and media (decode) sessions, and owns the queues, context synchronisation and the
 driver's report.
 
 A vendor supplies its facts (``vendor.toml``: API call names, error codes,
@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...sim.faults import SimError
+from .media import MediaRules
 from .memory import DriverMemory
 from .module import ModuleLoader
 from .protocol import Context, Queue
 from .queue import QueueBase
 
 
-class DriverBase(DriverMemory, ModuleLoader):
+class DriverBase(DriverMemory, ModuleLoader, MediaRules):
     """Shared driver policy.  Vendors subclass it and set the hooks."""
 
     queue_class: type[QueueBase]

@@ -153,6 +153,50 @@ class Queue(Protocol):
         :class:`~fornax.sim.faults.SimError` it raises fails the queue like a faulting kernel."""
 
 
+@dataclass(frozen=True)
+class MediaEngine:
+    """One physical media (video decode) engine of a device, as :meth:`Driver.media_engines`
+    lists it: its timeline engine (``media0`` ..), its kind from the chip spec (``nvdec``,
+    ``vcn``, ...), the codecs the family's decode API drives on it, the sessions its kind
+    holds at most, and the live sessions bound to this engine."""
+
+    name: str
+    kind: str
+    codecs: tuple[str, ...]
+    max_sessions: int
+    sessions: int
+
+
+@runtime_checkable
+class MediaQueue(Protocol):
+    """A decode session (a decoder) on one media engine: decodes run in submission order on
+    that engine, each writing one frame (``height x width x 3`` uint8 RGB) into device memory
+    and taking the simulated time the chip spec gives; completion is tracked by a timeline
+    semaphore like every queue's, so another queue can :meth:`Queue.wait` on :meth:`record`."""
+
+    codec: str
+    width: int                       # the largest frame this session decodes
+    height: int
+    engine: str                      # the timeline engine it runs on (media0, ...)
+    kind: str                        # that engine's kind in the chip spec
+    #: the family's names for this session: ``api`` (NVDECODE API, nvJPEG, rocDecode,
+    #: oneVPL, ...), ``codec`` (its enum name there), ``create``, ``decode``, ``destroy``
+    api: dict[str, str]
+    hwq: HardwareQueue
+    destroyed: bool
+
+    def decode(self, bitstream: bytes, dst: int) -> None:
+        """Decode one compressed frame (parsed and decoded on the host now) into ``dst`` when
+        the device reaches it.  Raises ``invalid_value`` on a bad bitstream or a destination
+        too small, and the family's not-supported error on a frame larger than the session's."""
+    def record(self) -> Marker:
+        """A marker reached once every decode submitted so far has landed."""
+    def wait(self, marker: Marker) -> None:
+        """Later decodes start only after ``marker`` (of any queue) is reached."""
+    def synchronize(self) -> None:
+        """The host waits for every decode submitted (a fault is the family's driver error)."""
+
+
 @runtime_checkable
 class Driver(Protocol):
     """Devices, contexts, raw memory, modules and queues.  Errors carry the family's driver
@@ -248,6 +292,21 @@ class Driver(Protocol):
         """The simulated chip spec behind device ``index``."""
     def managed_policy(self, device: Device) -> str:
         """How kernels reach managed memory: "migrate" or "remote"."""
+    def media_engines(self, index: int) -> list[MediaEngine]:
+        """Device ``index``'s media (video decode) engines from its chip spec, one per
+        physical engine; empty where the chip has none."""
+    def create_media_queue(self, ctx: Context | None, codec: str, width: int, height: int,
+                           host_decoder: Callable[[bytes], NDArray[Any]] | None = None) -> MediaQueue:
+        """A decode session in ``ctx`` for ``codec`` frames up to ``width x height``, through
+        the family's decode API (``[driver.media]``: cuvidCreateDecoder, rocDecCreateDecoder,
+        MFXVideoDECODE_Init, ...), bound to the least-loaded engine of the kind that decodes
+        ``codec``.  ``host_decoder`` turns one compressed frame into its pixels (default:
+        fornax's own for the codec; mjpeg has one).  A codec no engine decodes, a size beyond
+        the engine's, or more sessions than the engine kind holds raise the family's
+        not-supported code (CUDA_ERROR_NOT_SUPPORTED, hipErrorNotSupported,
+        ZE_RESULT_ERROR_UNSUPPORTED_FEATURE)."""
+    def destroy_media_queue(self, queue: MediaQueue) -> None:
+        """End a decode session; decodes already submitted still land.  Later use is an error."""
 
 
 @runtime_checkable

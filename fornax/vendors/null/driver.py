@@ -110,3 +110,12 @@ class NullDriver:
 
     def target(self, index):
         raise not_implemented("driver.target")
+
+    def media_engines(self, index):
+        raise not_implemented("driver.media_engines")
+
+    def create_media_queue(self, ctx, codec, width, height, host_decoder=None):
+        raise not_implemented("driver.create_media_queue")
+
+    def destroy_media_queue(self, queue):
+        raise not_implemented("driver.destroy_media_queue")
