@@ -24,6 +24,7 @@ from ..sim.faults import FaultPlan, FaultPlanError
 from ..sim.spec import available_specs, load_spec
 from ..sim.trace import chrome_trace
 from ..stack import load_config, make_config, parse_seam_overrides, runnable_vendors
+from .baseline import baseline
 from .compare import compare_cmd
 from .compile import compile_cmd
 from .conform import conform
@@ -31,6 +32,8 @@ from .cost import cost
 from .devices import devices
 from .drill import drill
 from .errors import FornaxGroup, _fail, debug_option, handle_errors
+from .matrix import matrix
+from .media import media_cmd
 from .qualify import qualify
 from .serve import serve_cmd
 from .trace import trace_cmd
@@ -52,8 +55,9 @@ def main() -> None:
               help=f"Workload to run (default {DEFAULT_WORKLOAD}; see `fornax workloads`).")
 @click.option("--framework", default="graph", metavar="NAME",
               help="Where the workload comes from: graph (built in fornax's graph IR, default), "
-                   "torch (a torch.nn program on torch.device('fornax')) or jax (a JAX function "
-                   "compiled by fornax.frameworks.jax.jit).")
+                   "torch (a torch.nn program on torch.device('fornax')), jax (a JAX function "
+                   "compiled by fornax.frameworks.jax.jit) or max (a MAX-style graph loaded in a "
+                   "fornax.frameworks.max InferenceSession).")
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--seed", type=int, default=None, help="Seed for weights and inputs.")
 @click.option("--devices", type=int, default=None, metavar="N",
@@ -223,8 +227,7 @@ def specs(name, as_json, debug):
 
 def _spec_dict(spec) -> dict:
     """Every field of a chip spec, as JSON values (tuples as lists, tables as objects)."""
-    return {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
-            for k, v in spec.__dict__.items()}
+    return spec.to_dict()
 
 
 @main.command()
@@ -232,11 +235,12 @@ def _spec_dict(spec) -> dict:
 @debug_option
 @handle_errors
 def workloads(as_json, debug):
-    """List the workloads `fornax compose --workload` runs (`--framework graph`, `torch` or `jax`)."""
-    from ..scenarios import jax_workloads, torch_workloads
+    """List the workloads `fornax compose --workload` runs (`--framework graph`, `torch`, `jax` or `max`)."""
+    from ..scenarios import jax_workloads, max_workloads, torch_workloads
     tables = (("graph", WORKLOADS, DEFAULT_WORKLOAD),
               ("torch", torch_workloads.WORKLOADS, torch_workloads.DEFAULT_WORKLOAD),
-              ("jax", jax_workloads.WORKLOADS, jax_workloads.DEFAULT_WORKLOAD))
+              ("jax", jax_workloads.WORKLOADS, jax_workloads.DEFAULT_WORKLOAD),
+              ("max", max_workloads.WORKLOADS, max_workloads.DEFAULT_WORKLOAD))
     if as_json:
         rows = [{"framework": kind, "name": w.name, "description": w.description,
                  "default": w.name == default,
@@ -257,5 +261,6 @@ def workloads(as_json, debug):
     Console().print(t)
 
 
-for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, serve_cmd, trace_cmd):
+for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, serve_cmd, trace_cmd,
+                 media_cmd, baseline, matrix):
     main.add_command(_command)

@@ -163,8 +163,8 @@ def test_specs_and_workloads_documents():
     by = {(r["framework"], r["name"]): r for r in rows}
     assert by[("graph", "llama70b-step")]["meta_only"] and by[("graph", "llama70b-step")]["scenario"]
     assert by[("graph", "mlp")]["default"] and not by[("graph", "mlp")]["meta_only"]
-    assert {"graph", "torch", "jax"} == {r["framework"] for r in rows}
-    assert sum(r["default"] for r in rows) == 3
+    assert {"graph", "torch", "jax", "max"} == {r["framework"] for r in rows}
+    assert sum(r["default"] for r in rows) == 4          # one default per front end
 
 
 def test_unknown_spec_is_one_line_and_exit_2():
