@@ -90,9 +90,20 @@ def serve_cmd(vendor, seams, config_path, spec, model, decoder, trace_path, n_re
               as_json, plot_path, plot_rates, debug):
     """Serve a decoder with continuous batching over a paged KV cache, and report latency,
     throughput, KV-block utilisation and capacity."""
+    from pathlib import Path
+
     from .. import serving
     if config_path is None and vendor is None and not seams:
         raise ConfigError("no stack given: use --vendor V, --seam SEAM=V for every seam, or --config FILE")
+    # what can be checked before anything runs
+    if capacity_len <= 0:
+        raise ConfigError(f"--capacity-len must be a positive number of tokens, got {capacity_len}")
+    if plot_path:
+        if trace_path:
+            raise ConfigError("--plot serves a generated trace at several rates; it cannot re-time --trace")
+        if not Path(plot_path).parent.is_dir():
+            raise ConfigError(f"--plot {plot_path}: folder {Path(plot_path).parent} does not exist")
+        rates = _rates(plot_rates) if plot_rates else [rate * f for f in (0.25, 0.5, 1.0, 2.0, 4.0)]
     import fornax.frameworks.torch as ft
     ft.use_stack(vendor, config=config_path, spec=spec, seams=parse_seam_overrides(seams) or None)
     sched = serving.SchedulerConfig(max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
@@ -114,9 +125,6 @@ def serve_cmd(vendor, seams, config_path, spec, model, decoder, trace_path, n_re
     result = serving.serve(requests(rate), cfg)
     doc = serving.document(result, serving.capacity_rows(result, capacity_len))
     if plot_path:
-        if trace_path:
-            raise ConfigError("--plot serves a generated trace at several rates; it cannot re-time --trace")
-        rates = _rates(plot_rates) if plot_rates else [rate * f for f in (0.25, 0.5, 1.0, 2.0, 4.0)]
         points = [(r, serving.latencies(serving.serve(requests(r), cfg))) for r in rates]
         serving.plot_load(points, plot_path, f"{model} on {result.vendor} / {result.spec}")
         doc["load_sweep"] = [{"rate": r, **lat} for r, lat in points]
