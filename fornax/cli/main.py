@@ -33,6 +33,7 @@ from .devices import devices
 from .drill import drill
 from .errors import FornaxGroup, _fail, debug_option, handle_errors
 from .matrix import matrix
+from .lab import lab
 from .media import media_cmd
 from .qualify import qualify
 from .serve import serve_cmd
@@ -262,5 +263,5 @@ def workloads(as_json, debug):
 
 
 for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, serve_cmd, trace_cmd,
-                 media_cmd, baseline, matrix):
+                 media_cmd, baseline, matrix, lab):
     main.add_command(_command)

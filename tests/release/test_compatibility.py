@@ -33,7 +33,7 @@ JSON_COMMANDS = {
     "cost gemm": "cost", "cost copy": "cost", "cost allreduce": "cost", "cost attention": "cost",
     "compare": "compare", "devices": "devices", "drill": "drill", "qualify": "qualify",
     "serve": "serve", "trace merge": "trace-summary", "media": "media",
-    "baseline check": "regression", "matrix": "matrix",
+    "baseline check": "regression", "matrix": "matrix", "lab list": "labs", "lab check": "lab-check",
 }
 
 
