@@ -4,13 +4,29 @@ live on the current code and checks a student's answers against what the code re
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ..layers.errors import ConfigError
 from .lab import Exercise, Feedback, Lab, Section, Table
-from .lab09 import LAB as LAB09
-from .lab11 import LAB as LAB11
+
+
+def _discover() -> dict[int, Lab]:
+    """Every ``labNN`` module of this package's ``LAB``, by number (a lab is one file)."""
+    found: dict[int, Lab] = {}
+    for info in pkgutil.iter_modules(__path__):
+        name = info.name
+        if name.startswith("lab") and name[3:].isdigit():
+            lab: Lab = importlib.import_module(f"{__name__}.{name}").LAB
+            if lab.number != int(name[3:]) or lab.number in found:
+                raise ConfigError(f"fornax/labs/{name}.py holds lab {lab.number}: one lab per file, "
+                                  "the file named after its number")
+            found[lab.number] = lab
+    return dict(sorted(found.items()))
+
 
 #: every lab, by number
-LABS: dict[int, Lab] = {lab.number: lab for lab in (LAB09, LAB11)}
+LABS: dict[int, Lab] = _discover()
 
 
 def get(number: int) -> Lab:
