@@ -15,7 +15,7 @@ SINGLE_THREADED := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,plot]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,plot,labs]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -9,6 +9,7 @@
   current folder) against what the code computes now; per exercise pass or fail with what
   was expected, what was observed and where to look, and a score.  Exit 0 with full marks,
   1 otherwise; ``--reference`` checks the packaged reference solution (for tests);
+* ``fornax lab notebook N [--out FILE]`` — the lab as a Jupyter notebook (the ``labs`` extra);
 * ``fornax lab render N [--docs DIR]`` — write the lab's page (and its pictures) from a live
   run into DIR (default ``docs/labs``).
 """
@@ -136,6 +137,26 @@ def check_cmd(number, folder, reference, as_json, debug):
                       escape(v.text))
         Console().print(t)
     raise SystemExit(0 if score == total else 1)
+
+
+@lab.command(name="notebook")
+@click.argument("number", type=int)
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="The notebook file (default NN-slug.ipynb in the current folder).")
+@debug_option
+@handle_errors
+def notebook_cmd(number, out, debug):
+    """Write lab NUMBER as a Jupyter notebook (needs the labs extra)."""
+    from .. import labs
+    from ..labs.notebook import notebook
+    lb = labs.get(number)
+    nb = notebook(lb)
+    import nbformat
+    path = Path(out or f"{lb.slug}.ipynb")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--out {path}: folder {path.parent} does not exist")
+    nbformat.write(nb, str(path))
+    click.echo(f"wrote {path}; open it in Jupyter, or run it: jupyter execute {path}")
 
 
 @lab.command(name="render")

@@ -27,18 +27,24 @@ def markdown(lab: Lab, sections: list[Section], pictures: str = "") -> str:
            f"Run it yourself with `fornax lab run {lab.number}`; start the exercises with "
            f"`fornax lab new {lab.number} DIR` and check them with `fornax lab check {lab.number} DIR`.", ""]
     for i, sec in enumerate(sections, 1):
-        out += [f"## {i}. {sec.heading}", "", sec.text, ""]
-        for t in sec.tables:
-            out += [f"**{t.title}**", "", "| " + " | ".join(t.columns) + " |",
-                    "|" + "|".join("---" for _ in t.columns) + "|"]
-            out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t.rows]
-            out.append("")
-        for p in sec.pictures:
-            out += [f"![{p}]({pictures}{p})", ""]
+        out += [section_markdown(i, sec, pictures)]
     out += ["## Exercises", ""]
     for ex in lab.exercises:
         out.append(f"- **{ex.id}** ({ex.points} point{'s' if ex.points != 1 else ''}) {ex.prompt}")
     out.append("")
+    return "\n".join(out)
+
+
+def section_markdown(index: int, sec: Section, pictures: str = "") -> str:
+    """One experiment's heading, text, tables (markdown) and picture links, ending in a blank line."""
+    out = [f"## {index}. {sec.heading}", "", sec.text, ""]
+    for t in sec.tables:
+        out += [f"**{t.title}**", "", "| " + " | ".join(t.columns) + " |",
+                "|" + "|".join("---" for _ in t.columns) + "|"]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t.rows]
+        out.append("")
+    for p in sec.pictures:
+        out += [f"![{p}]({pictures}{p})", ""]
     return "\n".join(out)
 
 
