@@ -111,7 +111,8 @@ def serve_cmd(vendor, seams, config_path, spec, model, decoder, trace_path, n_re
     cfg = serving.ServeConfig(model=model, decoder=decoder, num_blocks=num_blocks, block_size=block_size,
                               host_blocks=host_blocks, prefix_caching=not no_prefix_caching,
                               scheduler=sched)
-    vocab = serving.shape_of(serving.build(model)).vocab
+    engine = serving.Engine(cfg)        # the first run's engine: its model names the vocabulary
+    vocab = engine.model.shape.vocab
 
     def requests(at_rate: float):
         if trace_path:
@@ -122,7 +123,7 @@ def serve_cmd(vendor, seams, config_path, spec, model, decoder, trace_path, n_re
                                   shared_prefix=shared_prefix, seed=seed)
         return serving.poisson_trace(spec_, vocab)
 
-    result = serving.serve(requests(rate), cfg)
+    result = engine.run(requests(rate))
     doc = serving.document(result, serving.capacity_rows(result, capacity_len))
     if plot_path:
         points = [(r, serving.latencies(serving.serve(requests(r), cfg))) for r in rates]

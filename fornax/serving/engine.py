@@ -79,7 +79,6 @@ class ServeResult:
 
     config: ServeConfig
     vendor: str
-    spec: str
     sequences: list[Sequence]
     steps: list[StepSample]
     makespan: float                # simulated seconds from the first arrival to the last token
@@ -90,6 +89,11 @@ class ServeResult:
     cache_bytes: int
     model_shape: dict[str, Any]
     chip: ChipSpec                 # the device's spec (the capacity model reads its HBM)
+
+    @property
+    def spec(self) -> str:
+        """The chip spec's name."""
+        return self.chip.name
 
     def outputs(self) -> dict[str, list[int]]:
         """Every request's generated tokens, by id."""
@@ -144,7 +148,7 @@ class Engine:
                 raise FornaxError("serve: the scheduler could schedule nothing although requests are "
                                   "waiting (the KV cache is held by sequences that cannot advance)",
                                   hint="give the cache more blocks (--num-blocks)")
-            decode = sum(n for seq, n in step.items if self._decode(seq, n))
+            decode = sum(n for seq, n in step.items if step.is_decode(seq, n))
             prefill = step.num_tokens - decode
             before = self._device_now()
             sampled = self.model.execute(step)
@@ -156,17 +160,11 @@ class Engine:
                                     self.blocks.utilisation(), len(step.preempted)))
         return ServeResult(
             config=self.config, vendor=self.session.stack.framework.vendor,
-            spec=self.session.stack.spec.name, sequences=seqs, steps=steps,
+            sequences=seqs, steps=steps,
             makespan=now - start, device_time=device_time, host_wall_s=time.perf_counter() - t0,
             scheduler_counts=dict(self.scheduler.counts()), block_counts=dict(self.blocks.counts()),
             cache_bytes=self.model.cache_bytes, model_shape=vars(self.model.shape).copy(),
             chip=self.session.stack.spec)
-
-    @staticmethod
-    def _decode(seq: Sequence, n: int) -> bool:
-        """Whether a scheduled item is a decode: the one token after the prompt's whole
-        context, whose K/V are all cached."""
-        return n == 1 and seq.prompt_len <= seq.num_computed == seq.num_tokens - 1
 
 
 def serve(requests: Seq[Request], config: ServeConfig | None = None) -> ServeResult:
