@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fornax.layers.errors import LibraryError
-from fornax.sim.device import Device
-from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
 from helpers import FAMILIES
+from helpers import LibraryDevice as Dev
+from helpers import library_device as dev
 
 VENDORS = FAMILIES
 NP = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
@@ -46,36 +46,6 @@ SETTINGS = settings(max_examples=5, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-class Dev:
-    """A library on a fresh tiny device, with upload/download helpers."""
-
-    def __init__(self, vendor: str):
-        drv = get_vendor(vendor).driver([Device(load_spec("tiny"))])
-        self.vendor = vendor
-        self.rt = get_vendor(vendor).runtime(drv)
-        self.lib = get_vendor(vendor).library(self.rt)
-
-    def put(self, a: np.ndarray) -> int:
-        p = self.rt.malloc(max(a.nbytes, 1))
-        self.rt.memcpy_h2d(p, np.ascontiguousarray(a))
-        return p
-
-    def empty(self, shape, dtype) -> int:
-        return self.rt.malloc(int(np.prod(shape)) * np.dtype(dtype).itemsize)
-
-    def get(self, p: int, shape, dtype) -> np.ndarray:
-        out = np.empty(shape, dtype)
-        self.rt.memcpy_d2h(out, p)
-        return out
-
-
-_DEVS: dict[str, Dev] = {}
-
-
-def dev(vendor: str) -> Dev:
-    if vendor not in _DEVS:
-        _DEVS[vendor] = Dev(vendor)
-    return _DEVS[vendor]
 
 
 def rand(rng, shape, dtype: str, scale: float = 1.0) -> np.ndarray:

@@ -27,11 +27,11 @@ import numpy as np
 import pytest
 
 from fornax.layers.errors import ConfigError, LibraryError
-from fornax.sim.device import Device
-from fornax.sim.spec import load_spec
 from fornax.stack import get_vendor
 from fornax.vendors import check_facts
 from helpers import FAMILIES
+from helpers import LibraryDevice as Dev
+from helpers import library_device as dev
 
 VENDORS = FAMILIES
 NP = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
@@ -49,32 +49,6 @@ API = {  # routine -> the family's API name, by hand
 NEVER = np.iinfo(np.int32).max
 
 
-class Dev:
-    """A library on a fresh tiny device, with upload/download helpers."""
-
-    def __init__(self, vendor: str, meta: bool = False):
-        drv = get_vendor(vendor).driver([Device(load_spec("tiny"), meta=meta)])
-        self.rt = get_vendor(vendor).runtime(drv)
-        self.lib = get_vendor(vendor).library(self.rt)
-
-    def put(self, a: np.ndarray) -> int:
-        p = self.rt.malloc(max(a.nbytes, 1))
-        self.rt.memcpy_h2d(p, np.ascontiguousarray(a))
-        return p
-
-    def get(self, p: int, shape, dtype) -> np.ndarray:
-        out = np.empty(shape, dtype)
-        self.rt.memcpy_d2h(out, p)
-        return out
-
-
-_DEVS: dict[str, Dev] = {}
-
-
-def dev(vendor: str) -> Dev:
-    if vendor not in _DEVS:
-        _DEVS[vendor] = Dev(vendor)
-    return _DEVS[vendor]
 
 
 def paged_facts(vendor: str) -> dict:
