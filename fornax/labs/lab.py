@@ -131,6 +131,16 @@ class Lab:
         return Path(str(path))
 
 
+def figure(width: float, height: float) -> Any:
+    """A matplotlib figure of ``width`` x ``height`` inches on its own Agg canvas (pyplot's
+    global state is left alone): every lab draws its picture on one."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def _key(exercise_id: str) -> str:
     return "ex" + exercise_id.replace(".", "_")
 

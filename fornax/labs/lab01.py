@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layers.errors import ConfigError
-from .lab import Exercise, Lab, Section, Table, answer, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, answer, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 LIVE = ("L0", "L1")                    # the cheap levels, run live
@@ -117,10 +117,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(stored: dict[str, dict[str, Any]], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(7, 3.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7, 3.2)
     ax = fig.subplots()
     levels = [lv["level"] for lv in stored[FAMILIES[0]]["levels"]]
     width = 0.26

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 CHIPS = ("h100-like", "h200-like", "mi300x-like", "max1550-like")
 DTYPE = "bfloat16"
@@ -187,10 +187,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(roof: dict[str, dict[str, float]], gemms: tuple[Any, ...], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(8, 6), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(8, 6)
     axes = fig.subplots(2, 2, sharex=True, sharey=True).flat
     xs = [2.0 ** (i / 4) for i in range(4 * 12 + 1)]      # 1 .. 4096 FLOP/byte
     for i, (ax, (chip, r)) in enumerate(zip(axes, roof.items())):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 N = 64                                         # float32 elements of the two-stream program
@@ -209,10 +209,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(races: Any, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(7, 3.4), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7, 3.4)
     axes = fig.subplots(2, 1, sharex=True)
     rows = [r for r in races if r[0] == FAMILIES[0]]
     for ax, (fam, wait, _read, found, recs) in zip(axes, rows):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 #: (what the shape stands for, (m, n, k)) of the library experiments
@@ -261,10 +261,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(lib: tuple[dict[str, Any], ...], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(7, 3.4), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7, 3.4)
     ax = fig.subplots()
     width = 0.8 / len(FAMILIES)
     for i, fam in enumerate(FAMILIES):

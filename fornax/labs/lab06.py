@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
-from .lab import Exercise, Lab, Section, Table, answer, number_fact
+from .lab import Exercise, Lab, Section, Table, answer, figure, number_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 WORKLOAD = "mlp-softmax"
@@ -155,10 +155,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(fus: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6, 3.2)
     ax = fig.subplots()
     xs = range(len(fus))
     ax.bar([x - 0.2 for x in xs], [d["on"]["kernels"] for d in fus.values()], width=0.4, label="fusion on")

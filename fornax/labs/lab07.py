@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 SPEC = "tiny"
@@ -327,10 +327,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(dots: Any, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6, 3.4), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6, 3.4)
     ax = fig.subplots()
     ks = [r[0] for r in dots]
     for i, (label, style) in enumerate((("bf16 running sum", "o-"), ("device bf16 GEMM (fp32 accumulate)", "s-"),

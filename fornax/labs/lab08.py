@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layers.errors import ConfigError, FornaxError
-from .lab import Exercise, Lab, Section, Table, answer, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, answer, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 TOPOLOGIES = ("switch", "mesh", "ring")
@@ -209,10 +209,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(fab: dict[tuple[str, str, int], dict[str, Any]], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6, 3.2)
     ax = fig.subplots()
     width = 0.38
     for i, algo in enumerate(("ring", "tree")):

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 CHIPS = ("h100-like", "h200-like", "mi300x-like", "max1550-like")
@@ -82,10 +82,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(cap: dict[str, int], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6, 3.2)
     ax = fig.subplots()
     ax.bar(list(cap), list(cap.values()), color=[f"C{i}" for i in range(len(cap))])
     ax.set_ylabel(f"{SEQ_LEN}-token sequences")

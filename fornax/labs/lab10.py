@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 WORKLOADS = ("mlp", "softmax")
@@ -137,10 +137,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(kernels: dict[tuple[str, str], tuple[int, int]], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6, 3.2)
     ax = fig.subplots()
     labels = [f"{w}\n{_SHORT[v]}" for w, v in kernels]
     xs = list(range(len(labels)))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layers.errors import ConfigError
-from .lab import Exercise, Lab, Section, Table, number_fact, text_fact
+from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
 FRONT_ENDS = ("torch", "jax", "max")
@@ -83,10 +83,7 @@ def experiments(out: Path) -> list[Section]:
 
 
 def _picture(fe: dict[str, dict[str, Any]], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6, 3.2)
     ax = fig.subplots()
     ax.bar(list(fe), [d["kernels"] for d in fe.values()], color=["C0", "C1", "C2"])
     ax.set_ylabel("kernels launched")
