@@ -319,12 +319,22 @@ def _reference(name: str, seed: int) -> tuple[dict, float]:
     return ref, time.perf_counter() - t0
 
 
-def run_program(name: str, vendor: str = "cuda-like", seed: int = 0, stack=None) -> ZooResult:
+def run_program(name: str, vendor: str = "cuda-like", seed: int = 0, stack=None,
+                route: str = "jaxpr") -> ZooResult:
     """Run zoo program ``name`` through ``fornax.frameworks.jax.jit`` on a fresh client of
     ``vendor`` (or of the composed ``stack``, any mix of seams) and through ``jax.jit`` on
-    the CPU; compare every output."""
+    the CPU; compare every output.
+
+    ``route="pjrt"``: through plain ``jax.jit`` on the ``fornax`` platform of the PJRT plugin
+    registered in this process (:mod:`fornax.frameworks.jax.plugin`; ``vendor`` must be its
+    family): every argument is put on ``jax.devices("fornax")[0]`` and JAX hands the plugin
+    StableHLO.  The routes and counts are those of this program's calls alone."""
     import fornax.frameworks.jax as fj
 
+    if route == "pjrt":
+        return _run_pjrt(name, vendor, seed)
+    if route != "jaxpr":
+        raise ConfigError(f"unknown jax zoo route {route!r}; available: jaxpr, pjrt")
     prog = get_program(name)
     if stack is None and vendor not in FAMILIES:
         raise ConfigError(f"unknown vendor family {vendor!r} for the jax zoo; available: {', '.join(FAMILIES)}")
@@ -341,20 +351,73 @@ def run_program(name: str, vendor: str = "cuda-like", seed: int = 0, stack=None)
         result.error = f"{type(exc).__name__}: {exc}"
         got = None
     result.wall_s = time.perf_counter() - t0
-    report = client.report()
+    _account(result, client.report())
+    _compare_outputs(result, got, ref)
+    return result
+
+
+_COUNTS = ("executions", "segments_run", "host_fallback_runs", "host_loop_iterations")
+
+
+def _account(result: ZooResult, report: dict, before: dict | None = None) -> None:
+    """The result's routes and counts from a client report (less ``before``'s, a report of
+    the same client taken before the program ran)."""
+    prior = {(r["primitive"], r["route"]): r["count"] for r in (before or {}).get("primitives", [])}
+    rows = [dict(r, count=r["count"] - prior.get((r["primitive"], r["route"]), 0)) for r in report["primitives"]]
+    rows = [r for r in rows if r["count"] > 0]
     result.fallbacks = [{"primitive": r["primitive"], "count": r["count"], "reason": r["reason"]}
-                        for r in report["fallbacks"]]
-    result.routes = {k: int(v) for k, v in report["totals"].items()}
-    result.device_primitives = sorted(r["primitive"] for r in report["primitives"] if r["route"] == "native")
-    result.counts = {k: int(report.get(k, 0)) for k in ("executions", "segments_run", "host_fallback_runs",
-                                                        "host_loop_iterations")}
+                        for r in rows if r["route"] == "fallback"]
+    totals: dict[str, int] = {}
+    for r in rows:
+        totals[r["route"]] = totals.get(r["route"], 0) + int(r["count"])
+    result.routes = totals
+    result.device_primitives = sorted(r["primitive"] for r in rows if r["route"] == "native")
+    result.counts = {k: int(report.get(k, 0)) - int((before or {}).get(k, 0)) for k in _COUNTS}
+
+
+def _run_pjrt(name: str, vendor: str, seed: int) -> ZooResult:
+    from fornax.frameworks.jax import plugin as fp
+
+    prog = get_program(name)
+    p = fp.plugin()
+    if p is None:
+        raise ConfigError("the fornax PJRT plugin is not registered in this process",
+                          hint="set FORNAX_PJRT=<family> before starting Python, or call "
+                               "fornax.frameworks.jax.plugin.enable() before JAX starts")
+    if p.settings.vendor != vendor:
+        raise ConfigError(f"the PJRT plugin of this process composes {p.settings.vendor}, not {vendor}",
+                          hint="one plugin per process: run each family in its own process")
+    result = ZooResult(name, vendor, prog.tolerance)
+    ref, result.reference_wall_s = _reference(name, seed)
+    device = jax.devices(fp.PLATFORM)[0]
+    client = p.clients[0].fornax
+    before = client.report()
+
+    def jit(fn, **kw):
+        jitted = jax.jit(fn, **kw)
+        return lambda *args: jitted(*jax.device_put(args, device))
+
+    t0 = time.perf_counter()
+    got = None
+    try:
+        with jax.enable_x64(False):
+            got = prog.run(jit, seed)
+            got = jax.tree_util.tree_map(np.asarray, got)
+    except (FornaxError, RuntimeError, ValueError, TypeError, AssertionError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.wall_s = time.perf_counter() - t0
+    _account(result, client.report(), before)
+    _compare_outputs(result, got, ref)
+    return result
+
+
+def _compare_outputs(result: ZooResult, got, ref) -> None:
     if got is not None:
         for key in ref:
             try:
                 result.errors[key] = _compare(got[key], ref[key])
             except AssertionError as exc:
                 result.error = f"output {key!r}: {exc}"
-    return result
 
 
 def run_all(vendors=FAMILIES, names=None, seed: int = 0) -> list[ZooResult]:
