@@ -379,8 +379,9 @@ def _run_pjrt(name: str, vendor: str, seed: int) -> ZooResult:
     from fornax.frameworks.jax import plugin as fp
 
     prog = get_program(name)
+    jax.devices()                         # JAX discovers (and the environment may opt in) plugins here
     p = fp.plugin()
-    if p is None:
+    if p is None or not p.clients:
         raise ConfigError("the fornax PJRT plugin is not registered in this process",
                           hint="set FORNAX_PJRT=<family> before starting Python, or call "
                                "fornax.frameworks.jax.plugin.enable() before JAX starts")

@@ -33,6 +33,7 @@ program.  The family face shows in each device's ``device_kind``, its attributes
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from dataclasses import dataclass
@@ -123,6 +124,7 @@ def register(settings: Settings) -> None:
                                 make_topology=partial(xla_client.make_c_api_device_topology, capsule),
                                 c_api=capsule)
     p.capsule = capsule
+    atexit.register(p.table.close)
     _PLUGIN = p
 
 

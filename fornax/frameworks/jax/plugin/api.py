@@ -25,6 +25,8 @@ from .table import Event, PjrtError, Table
 class Topology:
     """``PJRT_TopologyDescription``: the client's devices as descriptions."""
 
+    handle: int = 0
+
     def __init__(self, client: Client):
         self.client = client
 
@@ -40,6 +42,7 @@ class Plugin:
         self.clients: list[Client] = []
         self.lock = threading.RLock()
         self._attrs = _Attrs()
+        self.capsule: Any = None
 
     # -- plugin ------------------------------------------------------------------------------------
     def Plugin_Initialize(self, a) -> None:
@@ -136,7 +139,7 @@ class Plugin:
             a.default_assignment[i] = i
 
     def Client_BufferFromHostBuffer(self, a) -> None:
-        c = self._client(a.client)
+        self._client(a.client)
         if a.device:
             device = self.h.get(a.device, Device, "PJRT_Device")
         elif a.memory:
@@ -149,7 +152,9 @@ class Plugin:
         dims = tuple(a.dims[i] for i in range(a.num_dims))
         host = _host_array(a.data, dtype, dims,
                            [a.byte_strides[i] for i in range(a.num_byte_strides)] if a.byte_strides else None)
-        buf = device.placement().buffer_from_pyval(host, aval=_aval(dims, dtype))
+        placement = device.placement()
+        with placement.current():
+            buf = placement.buffer_from_pyval(host, aval=_aval(dims, dtype))
         # the host bytes were staged by the copy: the caller may reuse them at once
         a.done_with_host_buffer = self.table.event(Event())
         a.buffer = self._new_buffer(device, buf, a.type)
@@ -193,11 +198,11 @@ class Plugin:
 
     def DeviceDescription_DebugString(self, a) -> None:
         d = self._desc(a.device_description)
-        a.debug_string, a.debug_string_size = d.cstr("debug", d.device.debug_string())
+        a.debug_string, a.debug_string_size = d.cstr("debug", d.device.describe())
 
     def DeviceDescription_ToString(self, a) -> None:
         d = self._desc(a.device_description)
-        a.to_string, a.to_string_size = d.cstr("str", d.device.describe())
+        a.to_string, a.to_string_size = d.cstr("str", d.device.debug_string())
 
     def _device(self, handle) -> Device:
         return self.h.get(handle, Device, "PJRT_Device")
@@ -372,7 +377,8 @@ class Plugin:
         if a.dst_size < nbytes:
             raise PjrtError(f"dst holds {a.dst_size} bytes; the buffer's {fb.dtype}{list(fb.shape)} needs {nbytes}",
                             capi.INVALID_ARGUMENT)
-        host = np.ascontiguousarray(fb.to_numpy())        # a device-to-host copy that waits for the stream
+        with b.device.placement().current():
+            host = np.ascontiguousarray(fb.to_numpy())    # a device-to-host copy that waits for the stream
         if nbytes:
             ctypes.memmove(a.dst, host.ctypes.data, nbytes)
         a.event = self.table.event(Event())
@@ -388,10 +394,13 @@ class Plugin:
         a.dst_buffer = self._copy(b, dst)
 
     def _copy(self, b: Buffer, dst: Device) -> int:
-        if dst is b.device:
-            new = dst.placement().copy(b.fornax)
-        else:   # between devices: through the host, as two copies on the two devices' streams
-            new = dst.placement().buffer_from_pyval(b.fornax.to_numpy(), aval=b.fornax.aval)
+        with b.device.placement().current():
+            host = None if dst is b.device else b.fornax.to_numpy()
+        with dst.placement().current():
+            if host is None:
+                new = dst.placement().copy(b.fornax)
+            else:   # between devices: through the host, as two copies on the two devices' streams
+                new = dst.placement().buffer_from_pyval(host, aval=b.fornax.aval)
         return self._new_buffer(dst, new, b.type)
 
     # -- executables --------------------------------------------------------------------------------
@@ -512,7 +521,8 @@ class Plugin:
             opts = a.options.contents
             keep = {opts.non_donatable_input_indices[i] for i in range(opts.num_non_donatable_input_indices)}
             donate = {i for i in e.compiled.donated if i not in keep}
-        outs = e.compiled.execute(device, [b.fornax for b in args], sorted(donate))
+        with device.placement().current():
+            outs = e.compiled.execute(device, [b.fornax for b in args], sorted(donate))
         out_list = a.output_lists[0]
         for i, fb in enumerate(outs):
             out_list[i] = self._new_buffer(device, fb)

@@ -143,7 +143,8 @@ def compile_program(client: Client, fmt: str, code: bytes, options: bytes) -> Ex
         except Exception as exc:
             raise Unsupported(f"{name}: the StableHLO could not be read into lax primitives: "
                               f"{type(exc).__name__}: {exc}") from None
-    program = build_program(device.placement(), closed, name)
+    with device.placement().current():
+        program = build_program(device.placement(), closed, name)
     out_avals = [v.aval for v in closed.jaxpr.outvars]
     exe = Executable(client, device, Compiled(name, program, out_avals, donated, ops), text)
     client.executables.append(exe)

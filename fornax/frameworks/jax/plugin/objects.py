@@ -19,7 +19,10 @@ from . import capi
 
 
 class Owned:
-    """Keeps the C strings and arrays an object has handed out alive with it."""
+    """Keeps the C strings and arrays an object has handed out alive with it; ``handle`` is
+    the opaque pointer the framework holds for it."""
+
+    handle: int = 0
 
     def __init__(self):
         self._owned: dict[str, Any] = {}
@@ -117,7 +120,8 @@ class Device(Owned):
         return f"{self.client.platform}:{self.index}"
 
     def debug_string(self) -> str:
-        return f"{self.kind} ({self.client.family}) {self.describe()}"
+        """``repr(device)`` in JAX."""
+        return f"FornaxDevice(id={self.index}, family={self.client.family}, kind={self.kind!r})"
 
 
 class Client(Owned):
@@ -131,6 +135,7 @@ class Client(Owned):
                                  f"{face.version_field} {face.version})")
         self.devices = [Device(self, i) for i in range(fornax_client.device_count())]
         self.executables: list = []
+        self.topology: Any = None
 
     def device(self, index: int) -> Device:
         return self.devices[index]
@@ -144,6 +149,7 @@ class Buffer:
         self.dims = (ctypes.c_int64 * max(1, len(fornax_buffer.shape)))(*fornax_buffer.shape)
         self.ndim = len(fornax_buffer.shape)
         self.external_refs = 0
+        self.minor_to_major: Any = None
 
     def deleted(self) -> bool:
         return self.fornax.is_deleted()

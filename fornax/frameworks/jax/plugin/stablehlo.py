@@ -75,7 +75,7 @@ def ints(attr) -> list[int]:
     try:
         return [int(v) for v in np.asarray(ir.DenseIntElementsAttr(attr)).ravel()]
     except (ValueError, TypeError):
-        return [int(x) for x in ir.ArrayAttr(attr)]
+        return [ir.IntegerAttr(x).value for x in ir.ArrayAttr(attr)]
 
 
 def bools(attr) -> list[bool]:
@@ -97,9 +97,9 @@ def constant(attr, shape, dtype) -> np.ndarray:
     if dtype != np.dtype(jax.numpy.bfloat16):
         try:
             if d.is_splat:
-                v = d.get_splat_value()
-                v = ir.FloatAttr(v).value if np.issubdtype(dtype, np.floating) else (
-                    bool(ir.BoolAttr(v).value) if dtype == np.bool_ else ir.IntegerAttr(v).value)
+                splat = d.get_splat_value()
+                v = ir.FloatAttr(splat).value if np.issubdtype(dtype, np.floating) else (
+                    bool(ir.BoolAttr(splat).value) if dtype == np.bool_ else ir.IntegerAttr(splat).value)
                 return np.full(shape, v, dtype)
             return np.asarray(d).astype(dtype).reshape(shape)
         except (ValueError, TypeError, RuntimeError):
@@ -239,7 +239,7 @@ class Interpreter:
             return [lax.lgamma(xs[0])]
         if name == "chlo.digamma":
             return [lax.digamma(xs[0])]
-        shape, dtype = outs[0] if outs else ((), None)
+        shape, dtype = outs[0] if outs else ((), np.dtype(np.float32))
         if short == "constant":
             return [constant(attr("value"), shape, dtype)]
         if short == "compare":
@@ -434,22 +434,34 @@ class Interpreter:
                   mode=lax.GatherScatterMode.FILL_OR_DROP)
 
     def _sort(self, op, xs, attr):
+        """jax's comparators sort ascending, lexicographically over the first ``num_keys``
+        operands (total order: -0 and NaN made canonical first); the keys are the operand
+        pairs the comparator reads."""
         dim = integer(attr("dimension"))
         block = op.regions[0].blocks[0]
-        ops = list(block.operations)
         args = list(block.arguments)
-        # jax's comparator: compare LT (or a total order) of the first operand's two values;
-        # extra keys appear as further compares -- count the keys
-        compares = [o for o in ops if o.operation.name == "stablehlo.compare"]
-        if not compares:
-            raise Unsupported("stablehlo.sort with a comparator the plugin does not read")
-        first = compares[0]
-        direction = str(shlo.ComparisonDirectionAttr(first.attributes["comparison_direction"]).value)
-        if direction != "LT" or list(first.operands) != args[:2]:
-            raise Unsupported(f"stablehlo.sort with comparator {direction} (jax sorts ascending by LT)")
-        keys = len({str(o.operands[0]) for o in compares if o.operands[0] in args[0::2]})
+        used: set[int] = set()
+
+        def visit(o):
+            for v in o.operands:
+                for i, a in enumerate(args):
+                    if v == a:
+                        used.add(i // 2)
+            for r in o.regions:
+                for inner in r.blocks[0].operations:
+                    visit(inner)
+        compares = []
+        for o in block.operations:
+            visit(o)
+            if o.operation.name == "stablehlo.compare":
+                compares.append(str(shlo.ComparisonDirectionAttr(o.attributes["comparison_direction"]).value))
+        if "LT" not in compares or "GT" in compares:
+            raise Unsupported("stablehlo.sort with a comparator other than jax's ascending order")
+        keys = max(used) + 1 if used else 1
+        if used != set(range(keys)):
+            raise Unsupported("stablehlo.sort whose comparator skips an operand")
         stable = bool(attr("is_stable") and ir.BoolAttr(attr("is_stable")).value)
-        return list(lax.sort(tuple(xs), dimension=dim, is_stable=stable, num_keys=max(1, keys)))
+        return list(lax.sort(tuple(xs), dimension=dim, is_stable=stable, num_keys=keys))
 
 
 def _identity(kind: str, dtype: np.dtype) -> np.ndarray:

@@ -187,6 +187,8 @@ class Table:
         impl = own if own is not None else getattr(self.impl, name, None)
         fn_name = "PJRT_" + name
         void = name in capi.VOID
+        # jaxlib treats a failed *_Destroy as fatal (it aborts the process): a destroy never fails
+        quiet = name.endswith("_Destroy")
 
         def call(address):
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -197,12 +199,40 @@ class Table:
                 result = impl(ctypes.cast(address, ptr_type).contents)
                 return None if void else (result or None)
             except BaseException as exc:       # nothing may unwind into C
+                if quiet and impl is not None:
+                    return self._destroy_again(impl, address, ptr_type, fn_name, exc)
                 if void:
                     log.error("%s failed: %s", fn_name, exc)
                     return None
                 return self.error(to_error(exc, fn_name))
 
         return (capi.VOID_FN if void else capi.ERROR_FN)(call)
+
+    def _destroy_again(self, impl, address, ptr_type, fn_name: str, exc: BaseException):
+        """A destroy that failed because a Python exception was pending when C called it:
+        JAX released the object while raising an error.  A ctypes callback cannot leave that
+        error pending (CPython reports a callback that returns with an exception set), so it
+        surfaces in Python as ``SystemError: error return without exception set``; its text is
+        logged here, and the destroy is done now that nothing is pending."""
+        log.warning("fornax PJRT plugin: JAX released an object while raising this error, which "
+                    "Python's ctypes callbacks cannot keep pending (it surfaces as SystemError): %s", exc)
+        try:
+            impl(ctypes.cast(address, ptr_type).contents)
+        except BaseException as again:
+            log.error("%s failed: %s", fn_name, again)
+        return None
+
+    def close(self) -> None:
+        """At interpreter exit: point every destroy at a native function that returns a null
+        error without entering Python.  JAX releases its last arrays and clients while the
+        interpreter is being torn down, when a ctypes callback can no longer run; the process
+        is ending, so nothing needs giving back."""
+        libc = ctypes.CDLL(None)
+        noop = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value   # int sched_yield(void): returns 0
+        for name in capi.ARGS:
+            if name.endswith("_Destroy"):
+                setattr(self.api, "PJRT_" + name, noop)
+        self.closed = True
 
     def capsule(self):
         """A ``PyCapsule`` named ``pjrt_c_api`` holding the table's address: what
