@@ -62,13 +62,15 @@ BOUNDARIES: dict[str, dict[str, str]] = {
     "torch": {"begins": "the ATen dispatcher (PrivateUse1 kernels, one per op); torch.compile "
                         "hands the backend an FX graph",
               "sees": "one ATen op at a time in eager mode; a traced graph under torch.compile"},
-    "jax": {"begins": "PJRT: compile and execute of a whole program",
-            "sees": "the whole program (a jaxpr here, StableHLO at the real boundary); never kernels"},
+    "jax": {"begins": "above PJRT: fornax.frameworks.jax.jit takes the traced program",
+            "sees": "the whole program as a jaxpr (JAX's primitives); never kernels"},
+    "jax-pjrt": {"begins": "PJRT, JAX's real boundary: the plugin's C API (compile, execute, buffers, events)",
+                 "sees": "the whole program as StableHLO bytecode with compile options; never kernels"},
     "max": {"begins": "the graph compiler, plus the custom ops' kernels through the library",
             "sees": "the whole graph, and the kernels the user wrote for custom ops"},
 }
 #: where a workload comes from: the graph IR, a torch.nn program, a JAX function, a MAX-style graph
-FRAMEWORKS = ("graph", "torch", "jax", "max")
+FRAMEWORKS = ("graph", "torch", "jax", "jax-pjrt", "max")
 def default_vendors() -> list[str]:
     """The families a matrix crosses when no --vendors (and no --stack) is given: every
     runnable registered family (the one registry, :func:`fornax.stack.runnable_vendors`)."""
@@ -85,7 +87,7 @@ def resolve_workload(framework: str, name: str | None, flag: str = "--framework"
     if framework == "torch":
         from .scenarios import torch_workloads
         return torch_workloads.get_workload(name or torch_workloads.DEFAULT_WORKLOAD)
-    if framework == "jax":
+    if framework in ("jax", "jax-pjrt"):
         from .scenarios import jax_workloads
         return jax_workloads.get_workload(name or jax_workloads.DEFAULT_WORKLOAD)
     if framework == "max":
@@ -122,7 +124,7 @@ def prepare(cfg: StackConfig, framework: str, workload: str | None, origin: str 
     Every mistake here is a :class:`ConfigError` (nothing has run yet); ``origin`` names the
     JAX client (``client.describe()``)."""
     wl = resolve_workload(framework, workload)
-    if framework in ("torch", "jax", "max") and cfg.meta:
+    if framework in ("torch", "jax", "jax-pjrt", "max") and cfg.meta:
         raise ConfigError(f"--framework {framework} computes real values on the fornax device; a "
                           "shape-only (--meta) stack cannot back it")
     if framework == "graph" and wl.meta_only and not cfg.meta:
@@ -132,8 +134,15 @@ def prepare(cfg: StackConfig, framework: str, workload: str | None, origin: str 
     if cfg.parallel is not None:
         from .scenarios.parallel import check
         check(wl.name, framework, cfg.devices, cfg.parallel, cfg.meta)
-    stack = compose(cfg)
     client = None
+    if framework == "jax-pjrt":
+        # the PJRT plugin's own client when this process registered it for this stack; else the
+        # run goes to a process of its own (one plugin per process, registered before JAX starts)
+        from .compare_pjrt import plugin_client
+        client = plugin_client(cfg)
+        if client is not None:
+            return Prepared(cfg, framework, wl, client.stack, client)
+    stack = compose(cfg)
     if framework == "jax":
         from .frameworks.jax import Client
         client = Client(stack, origin)
@@ -148,6 +157,8 @@ class Outcome:
     stack: Stack
     report: dict
     failed: str | None = None
+    #: one-off costs a run in a process of its own paid there (its warm-up), else None
+    one_off: dict | None = None
 
     @property
     def numerics_ok(self) -> bool:
@@ -159,6 +170,9 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
     recorded in the report's ``errors`` (``debug`` re-raises it instead); the report then says
     what ran until the failure.  Host wall time excludes building the graph workload."""
     cfg, framework, wl, stack = prep.config, prep.framework, prep.workload, prep.stack
+    if framework == "jax-pjrt" and prep.client is None:
+        from .compare_pjrt import run_in_worker
+        return run_in_worker(prep, faults=faults, debug=debug)
     if faults is not None:
         for device in stack.devices:
             device.inject(faults)
@@ -180,6 +194,10 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
         elif framework == "jax":            # a JAX function through fornax.frameworks.jax.jit
             from .scenarios import jax_workloads
             frun = jax_workloads.run(wl.name, prep.client, seed=cfg.seed)
+            nums = frun.numerics
+        elif framework == "jax-pjrt":       # plain jax.jit on the fornax PJRT platform of this process
+            from .scenarios import jax_workloads
+            frun = jax_workloads.run_pjrt(wl.name, seed=cfg.seed)
             nums = frun.numerics
         elif framework == "max":            # a MAX-style graph through an InferenceSession
             from .scenarios import max_workloads
@@ -207,7 +225,7 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
         rep["parallel"] = parallel
     if framework == "torch":
         rep["torch"] = _torch_section(frun)
-    if framework == "jax":
+    if framework in ("jax", "jax-pjrt"):
         rep["jax"] = _jax_section(frun, prep.client)
     if framework == "max" and frun is not None:
         rep["max"] = {**cast("MaxRun", frun).boundary, "stack": stack.describe()}
@@ -238,7 +256,7 @@ def _jax_section(jrun, client) -> dict:
                                       plugin=jrun.plugin, platform_version=jrun.platform_version,
                                       losses=jrun.losses,
                                       reference_losses=jrun.reference_losses,
-                                      reference_wall_s=jrun.reference_wall_s)
+                                      reference_wall_s=jrun.reference_wall_s, received=jrun.received)
     rep = client.report()
     return report_mod.jax_section(route_delta({}, rep), stack=rep["stack"], platform=rep["platform"],
                                   plugin=rep["plugin"],
@@ -369,7 +387,8 @@ def columns(workload: str | None = None, *, vendors=None, frameworks=None, stack
 
 
 #: the front-end modules a column's first run imports (a one-off cost, reported apart)
-_FRONT_END_MODULES = {"torch": "fornax.frameworks.torch", "jax": "fornax.frameworks.jax"}
+_FRONT_END_MODULES = {"torch": "fornax.frameworks.torch", "jax": "fornax.frameworks.jax",
+                      "jax-pjrt": "fornax.frameworks.jax"}
 
 
 def warm_up(col: Column) -> dict:
@@ -424,14 +443,26 @@ def compare(cols: list[Column], *, debug: bool = False,
     for i, col in enumerate(cols):
         if on_run is not None:
             on_run(i, col)
-        one_off = warm_up(col)
-        out = execute(prepared.pop(0), debug=debug)      # popped: a finished run's devices go
-        docs.append({**_column_doc(col, out), "one_off": one_off})
+        prep = prepared.pop(0)                           # popped: a finished run's devices go
+        one_off = warm_up(col) if prep.client is not None or col.framework != "jax-pjrt" else None
+        out = execute(prep, debug=debug)
+        docs.append({**_column_doc(col, out), "one_off": out.one_off or one_off})
     fws = list(dict.fromkeys(c.framework for c in cols))
     return {"schema": SCHEMA, "workload": names[0],
             "metrics": [{"key": m.key, "label": m.label, "unit": m.unit} for m in METRICS],
             "columns": docs, "ok": all(d["status"] == "ok" for d in docs),
             "boundaries": {fw: BOUNDARIES[fw] for fw in fws}}
+
+
+def received(rep: dict) -> str:
+    """What a JAX column's stack was handed at the boundary, in words ("" for other columns)."""
+    got = (rep.get("jax") or {}).get("received")
+    if not got:
+        return ""
+    if got["ir"] == "jaxpr":
+        return f"jaxpr: {got['equations']} equations"
+    return (f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds, {report_mod.fmt_bytes(got['bytes'])} "
+            f"of bytecode, read in {report_mod.fmt_time(got['compile_s'])}")
 
 
 # ---- rendering -----------------------------------------------------------------------------------
@@ -473,6 +504,8 @@ def render(doc: dict, console) -> None:
         b = doc.get("boundaries") or BOUNDARIES
         t.add_row("vendor code begins at", *(escape(b[c["framework"]]["begins"]) for c in cols))
         t.add_row("the vendor sees", *(escape(b[c["framework"]]["sees"]) for c in cols))
+        if any(received(c["report"]) for c in cols):
+            t.add_row("program handed over", *(escape(received(c["report"])) for c in cols))
     t.add_row("status", *(STATUS_TEXT[c["status"]] for c in cols), end_section=True)
     units = {m["key"]: m["unit"] for m in doc["metrics"]}
     for m in doc["metrics"]:

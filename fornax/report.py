@@ -203,7 +203,8 @@ JAX_COUNTS = ("executions", "segments_run", "host_fallback_runs", "host_branches
 
 def jax_section(routes: JSON, *, stack: str = "", platform: str = "", plugin: str = "",
                 platform_version: str = "", losses: Iterable[float] = (),
-                reference_losses: Iterable[float] = (), reference_wall_s: float = 0.0) -> JSON:
+                reference_losses: Iterable[float] = (), reference_wall_s: float = 0.0,
+                received: JSON | None = None) -> JSON:
     """``report["jax"]``: what the JAX front end did in one run.  ``routes`` is that run's share
     of a client's ``report()`` (``primitives`` rows ``{primitive, route, count, reason}`` and
     ``counts``); equations per route always name native, fallback and control (0 when unused)."""
@@ -217,7 +218,8 @@ def jax_section(routes: JSON, *, stack: str = "", platform: str = "", plugin: st
             "counts": {k: int(counts.get(k, 0)) for k in JAX_COUNTS},
             "losses": [float(v) for v in losses],
             "reference_losses": [float(v) for v in reference_losses],
-            "reference_wall_s": reference_wall_s}
+            "reference_wall_s": reference_wall_s,
+            **({"received": dict(received)} if received else {})}
 
 
 # ---- rendering ------------------------------------------------------------------------------

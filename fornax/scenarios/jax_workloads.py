@@ -41,6 +41,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -97,6 +98,10 @@ class JaxRun:
     host_wall_s: float = 0.0               # fornax run: trace, compile, upload, run, download
     reference_wall_s: float = 0.0          # the float64 jax.jit run on the CPU (host clock)
     routes: dict = field(default_factory=dict)   # {"totals", "primitives", "fallbacks", "counts"}
+    #: the program the stack was handed at JAX's boundary: ``{"ir": "jaxpr", "equations"}``
+    #: through the front end, ``{"ir": "stablehlo", "ops", "kinds", "bytes", "compile_s"}``
+    #: through the PJRT plugin
+    received: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -234,33 +239,31 @@ def _tensors(arrays: dict) -> dict:
     return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
 
 
-def run(name: str, stack=None, seed: int = 0, **params) -> JaxRun:
-    """Run workload ``name`` (shape parameters in ``params``) with fornax's JAX front end and
-    in float64 with ``jax.jit`` on the CPU.  ``stack``: a composed Stack (a client of its own),
-    a Client, a vendor name, or None (the default client).  The route accounting is the
-    client's report after the run minus before it."""
-    import fornax.frameworks.jax as fj
-
+def _program(name: str, seed: int, params: dict) -> tuple[JaxProgram, dict, float]:
+    """The workload's program, its float64 ``jax.jit`` CPU reference and that run's wall time."""
     wl = get_workload(name)
     known = list(inspect.signature(wl.build).parameters)[1:]
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ConfigError(f"jax workload {name} has no parameter {', '.join(unknown)}; "
                           f"it takes {', '.join(known)}")
-    client = _client(stack)
     prog = wl.build(seed, **params)
-
     t0 = time.perf_counter()
     with jax.enable_x64(True):
         p64 = {k: v.astype(np.float64) for k, v in prog.params.items()}
         ref = jax.jit(prog.fn)(p64, *(x.astype(np.float64) for x in prog.inputs))
         ref = {k: np.asarray(v) for k, v in ref.items()}
-    ref_wall = time.perf_counter() - t0
+    return prog, ref, time.perf_counter() - t0
 
+
+def _finish(name: str, client, prog: JaxProgram, ref: dict, call: Callable, ref_wall: float,
+            platform: tuple[str, str, str] | None = None) -> JaxRun:
+    """Run ``call()`` (the program on fornax) and compare with the reference; the routes are
+    the client's report after minus before."""
     before = client.report()
     t0 = time.perf_counter()
     try:
-        out = fj.jit(prog.fn, stack=client, numpy=True)(prog.params, *prog.inputs)
+        out = call()
     except (RuntimeError, NotImplementedError) as exc:      # a jax error, not a fornax one
         raise NotSupportedError(
             f"jax workload {name} failed on fornax: {' '.join(str(exc).split())[:300]}",
@@ -271,7 +274,55 @@ def run(name: str, stack=None, seed: int = 0, **params) -> JaxRun:
     out = {k: np.asarray(v) for k, v in out.items()}
     losses = [float(v) for v in out[prog.losses]] if prog.losses else []
     ref_losses = [float(v) for v in ref[prog.losses]] if prog.losses else []
-    return JaxRun(name, client.describe(), after["platform"], after["plugin"],
-                  after["platform_version"], out, ref,
+    platform = platform or (after["platform"], after["plugin"], after["platform_version"])
+    delta = route_delta(before, after)
+    return JaxRun(name, client.describe(), *platform, out, ref,
                   tw._numerics(_tensors(out), _tensors(ref), prog.tol), losses, ref_losses,
-                  wall, ref_wall, route_delta(before, after))
+                  wall, ref_wall, delta)
+
+
+def run(name: str, stack=None, seed: int = 0, **params) -> JaxRun:
+    """Run workload ``name`` (shape parameters in ``params``) with fornax's JAX front end and
+    in float64 with ``jax.jit`` on the CPU.  ``stack``: a composed Stack (a client of its own),
+    a Client, a vendor name, or None (the default client).  The route accounting is the
+    client's report after the run minus before it."""
+    import fornax.frameworks.jax as fj
+
+    prog, ref, ref_wall = _program(name, seed, params)
+    client = _client(stack)
+    jitted = fj.jit(prog.fn, stack=client, numpy=True)
+    run_ = _finish(name, client, prog, ref, lambda: jitted(prog.params, *prog.inputs), ref_wall)
+    run_.received = {"ir": "jaxpr", "equations": int(sum(run_.routes["totals"].values()))}
+    return run_
+
+
+def run_pjrt(name: str, seed: int = 0, **params) -> JaxRun:
+    """Run workload ``name`` through plain ``jax.jit`` on the ``fornax`` platform of the PJRT
+    plugin registered in this process (:mod:`fornax.frameworks.jax.plugin`): the arguments
+    are put on its device 0, JAX lowers the function to StableHLO and hands it to the
+    plugin's ``PJRT_Client_Compile``.  ``received`` counts the StableHLO the plugin was handed."""
+    from ..frameworks.jax import plugin as fp
+
+    prog, ref, ref_wall = _program(name, seed, params)
+    jax.devices()                         # JAX discovers (and the environment may opt in) plugins here
+    p = fp.plugin()
+    if p is None or not p.clients:
+        raise ConfigError("the fornax PJRT plugin is not registered in this process",
+                          hint="set FORNAX_PJRT=<family> before starting Python")
+    pclient = p.clients[0]
+    client = pclient.fornax
+    device = jax.devices(fp.PLATFORM)[0]
+    first = len(pclient.executables)
+    jitted = jax.jit(prog.fn)
+    run_ = _finish(name, client, prog, ref,
+                   lambda: jitted(*jax.device_put((prog.params, *prog.inputs), device)), ref_wall,
+                   (fp.PLATFORM, "fornax PJRT plugin (C API from Python)", pclient.platform_version))
+    kinds: Counter[str] = Counter()
+    size = compile_s = 0.0
+    for exe in pclient.executables[first:]:
+        kinds.update(exe.compiled.ops)
+        size += exe.code_bytes
+        compile_s += exe.compiled.compile_s
+    run_.received = {"ir": "stablehlo", "ops": int(sum(kinds.values())), "kinds": dict(sorted(kinds.items())),
+                     "bytes": int(size), "compile_s": compile_s}
+    return run_

@@ -119,6 +119,30 @@ def test_torch_and_jax_front_ends_side_by_side():
     assert doc["columns"][1]["report"]["jax"]["platform"] == "cuda"
 
 
+def test_jax_at_both_of_its_boundaries():
+    """--frameworks jax,jax-pjrt: the same JAX program handed to the stack as a jaxpr (the front
+    end, above PJRT) and as StableHLO (plain jax.jit through the PJRT plugin, in a process of
+    its own): the same kernels and results, different programs handed over."""
+    code, doc, err = run_json("--frameworks", "jax,jax-pjrt", "--workload", "mlp", "--vendors", "rocm-like",
+                              "--spec", "tiny", "--seed", "2")
+    assert code == 0, err
+    jx, pj = doc["columns"]
+    assert (jx["framework"], pj["framework"]) == ("jax", "jax-pjrt") and pj["status"] == "ok"
+    got_jaxpr, got_shlo = jx["report"]["jax"]["received"], pj["report"]["jax"]["received"]
+    assert got_jaxpr["ir"] == "jaxpr" and got_jaxpr["equations"] > 0
+    assert got_shlo["ir"] == "stablehlo" and got_shlo["kinds"]["stablehlo.dot_general"] == 2
+    assert got_shlo["ops"] == sum(got_shlo["kinds"].values()) and got_shlo["bytes"] > 0
+    assert pj["report"]["jax"]["platform"] == "fornax" and pj["report"]["manifest"]["framework"] == "jax-pjrt"
+    assert pj["stack"]["spec"] == "tiny" and pj["report"]["manifest"]["seed"] == 2
+    for key in ("kernels", "launches", "library_calls", "d2h_bytes", "fallbacks"):
+        assert pj["metrics"][key] == jx["metrics"][key], key
+    assert pj["metrics"]["d2h_bytes"] == MLP_D2H and pj["metrics"]["h2d_bytes"] >= MLP_H2D
+    assert pj["metrics"]["max_rel_err"] == pytest.approx(jx["metrics"]["max_rel_err"], rel=1e-6)
+    assert pj["one_off"]["first_run_wall_s"] > 0
+    assert "StableHLO" in doc["boundaries"]["jax-pjrt"]["sees"] and "jaxpr" in doc["boundaries"]["jax"]["sees"]
+    assert fornax.compare.received(pj["report"]).startswith("StableHLO: ")
+
+
 def test_stack_files_are_columns(tmp_path):
     a = tmp_path / "mixed.toml"
     a.write_text('[stack]\nvendor = "rocm-like"\nspec = "tiny"\nseed = 5\n'

@@ -36,8 +36,9 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from ....layers.errors import ConfigError
 
@@ -57,9 +58,13 @@ class Settings:
     spec: str | None = None
     devices: int | None = None
     config: str | None = None
+    #: a StackConfig to compose as it is (``fornax compare`` hands its column's over)
+    stack: Any = field(default=None, compare=False)
 
     def stack_config(self):
         from ....stack import load_config, make_config
+        if self.stack is not None:
+            return self.stack
         if self.config:
             return load_config(self.config)
         return make_config(self.vendor, spec=self.spec, devices=self.devices)

@@ -70,6 +70,13 @@ class Plugin:
             client.topology = Topology(client)
             client.topology.handle = self.h.new(client.topology)
 
+    def fresh_stack(self) -> None:
+        """Rebind every client to a freshly composed stack of the same settings: a measured
+        run after a warm-up reports that run alone (``fornax compare``'s jax-pjrt worker)."""
+        with self.lock:
+            for c in self.clients:
+                c.rebind(self.settings.make_client().fornax)
+
     def _client(self, handle) -> Client:
         return self.h.get(handle, Client, "PJRT_Client")
 
@@ -505,6 +512,9 @@ class Plugin:
         e = self._loaded(a.executable).executable
         if e.deleted:
             raise PjrtError(f"{e.name} was deleted", capi.FAILED_PRECONDITION)
+        if e.generation != e.client.generation:
+            raise PjrtError(f"{e.name} was compiled for a stack the client has since replaced",
+                            capi.FAILED_PRECONDITION, hint="jit the function again")
         if a.num_devices != 1:
             raise PjrtError(f"{e.name}: the fornax plugin runs a program on one device, not {a.num_devices}",
                             capi.UNIMPLEMENTED,

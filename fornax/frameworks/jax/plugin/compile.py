@@ -11,6 +11,7 @@ named host fallbacks.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 
 import numpy as np
@@ -25,8 +26,11 @@ from .table import PjrtError
 class Compiled:
     """One compiled program on one device: what ``PJRT_LoadedExecutable_Execute`` runs."""
 
-    def __init__(self, name: str, program, out_avals: list, donated: list[int], ops: Counter):
+    def __init__(self, name: str, program, out_avals: list, donated: list[int], ops: Counter,
+                 compile_s: float = 0.0):
         self.name, self.program, self.out_avals, self.donated, self.ops = name, program, out_avals, donated, ops
+        #: host seconds from the bytes JAX handed over to the compiled program
+        self.compile_s = compile_s
 
     def execute(self, device, args: list, donate: list[int]) -> list:
         prog = self.program
@@ -108,6 +112,7 @@ def compile_options(options: bytes) -> tuple[int, int, int | None]:
 
 
 def compile_program(client: Client, fmt: str, code: bytes, options: bytes) -> Executable:
+    t0 = time.perf_counter()
     replicas, partitions, device_id = compile_options(options)
     if replicas * partitions != 1:
         raise PjrtError(f"a program of {replicas} replica(s) x {partitions} partition(s): the fornax plugin "
@@ -146,6 +151,8 @@ def compile_program(client: Client, fmt: str, code: bytes, options: bytes) -> Ex
     with device.placement().current():
         program = build_program(device.placement(), closed, name)
     out_avals = [v.aval for v in closed.jaxpr.outvars]
-    exe = Executable(client, device, Compiled(name, program, out_avals, donated, ops), text)
+    exe = Executable(client, device, Compiled(name, program, out_avals, donated, ops,
+                                              time.perf_counter() - t0), text)
+    exe.code_bytes = len(code)
     client.executables.append(exe)
     return exe

@@ -136,9 +136,22 @@ class Client(Owned):
         self.devices = [Device(self, i) for i in range(fornax_client.device_count())]
         self.executables: list = []
         self.topology: Any = None
+        #: bumped when the client is rebound to a fresh stack (executables of an older one refuse to run)
+        self.generation = 0
 
     def device(self, index: int) -> Device:
         return self.devices[index]
+
+    def rebind(self, fornax_client) -> None:
+        """Serve a freshly composed stack of the same config from now on (the same devices,
+        handles and platform; buffers and executables of the old stack stay on it)."""
+        if fornax_client.device_count() != len(self.devices):
+            raise ValueError("a fresh stack must have the same devices")
+        self.fornax = fornax_client
+        for d in self.devices:
+            d.fornax = fornax_client.devices()[d.index]
+        self.executables = []
+        self.generation += 1
 
 
 class Buffer:
@@ -161,7 +174,9 @@ class Executable(Owned):
     def __init__(self, client: Client, device: Device, compiled, text: str):
         super().__init__()
         self.client, self.device, self.compiled, self.text = client, device, compiled, text
+        self.generation = client.generation
         self.deleted = False
+        self.code_bytes = 0                  # the size of the program JAX handed over
         self.fingerprint = hashlib.sha256(text.encode()).hexdigest()[:32]
 
     @property
