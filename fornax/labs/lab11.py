@@ -2,6 +2,7 @@
 
 Experiments: one workload through PyTorch, JAX and the MAX-style front end on one stack
 (where each puts the hardware boundary, and what that costs in kernels and device time);
+JAX at both of its levels, a jaxpr and StableHLO through the PJRT plugin;
 the same graph through the three vendor families seam by seam (formats, library calls,
 kernels); and a mixed stack, one family's compiler over another family's driver, composed
 through a portability path.
@@ -30,6 +31,26 @@ def _front_ends() -> dict[str, dict[str, Any]]:
 
 
 @lru_cache(maxsize=1)
+def _jax_levels() -> dict[str, dict[str, Any]]:
+    """The mlp through fornax's JAX front end (a jaxpr) and through plain jax.jit on the PJRT
+    plugin (StableHLO; in a process of its own), on cuda-like."""
+    from fornax.compare import columns, compare
+    doc = compare(columns("mlp", frameworks=["jax", "jax-pjrt"], vendors=["cuda-like"]))
+    out = {}
+    for c in doc["columns"]:
+        got = c["report"]["jax"]["received"]
+        if got["ir"] == "jaxpr":
+            program = f"jaxpr: {got['equations']} equations"
+        else:
+            program = (f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds, "
+                       f"{got['bytes']} bytes of MLIR bytecode")
+        out[c["framework"]] = {"program": program, "begins": doc["boundaries"][c["framework"]]["begins"],
+                               "kernels": c["metrics"]["kernels"], "device_time_s": c["metrics"]["device_time_s"],
+                               "h2d_bytes": c["metrics"]["h2d_bytes"]}
+    return out
+
+
+@lru_cache(maxsize=1)
 def _families() -> dict[str, dict[str, Any]]:
     from fornax.compare import columns, compare
     doc = compare(columns("mlp", vendors=list(FAMILIES)))
@@ -55,7 +76,7 @@ def _path_of(stack: Any) -> str:
 
 
 def experiments(out: Path) -> list[Section]:
-    fe, fam, mixed = _front_ends(), _families(), _mixed()
+    fe, fam, mixed, levels = _front_ends(), _families(), _mixed(), _jax_levels()
     _picture(fe, out / "front-ends.png")
     return [
         Section("One workload, three framework boundaries",
@@ -67,6 +88,18 @@ def experiments(out: Path) -> list[Section]:
                                                    "device time", "fallbacks"],
                        [[f, d["begins"], str(d["kernels"]), f"{d['device_time_s'] * 1e6:.2f} µs",
                          str(d["fallbacks"])] for f, d in fe.items()])], ["front-ends.png"]),
+        Section("JAX at both of its boundaries",
+                "JAX's own hardware boundary is PJRT: a plugin receives a whole program as StableHLO and "
+                "executes it. fornax's JAX front end takes the program one level higher, as a jaxpr; the "
+                "fornax PJRT plugin (a C function table written in Python) sits at the real boundary, so "
+                "plain jax.jit runs on jax.devices('fornax') (`fornax compare --frameworks jax,jax-pjrt`). "
+                "The same function reaches the same stack either way and launches the same kernels; what "
+                "differs is the program the vendor is handed, and what JAX moves across the boundary.",
+                [Table("the mlp on cuda-like, handed over at two levels",
+                       ["front end", "vendor code begins at", "program handed over", "kernels", "device time",
+                        "host to device"],
+                       [[f, d["begins"], d["program"], str(d["kernels"]), f"{d['device_time_s'] * 1e6:.2f} µs",
+                         f"{d['h2d_bytes']} B"] for f, d in levels.items()])]),
         Section("One graph, three vendor families",
                 "The same graph composed from each family's five seams (`fornax compare --vendors "
                 "cuda-like,rocm-like,xpu-like`): each compiler emits its own binary format, and each "

@@ -315,7 +315,8 @@ def run_pjrt(name: str, seed: int = 0, **params) -> JaxRun:
     first = len(pclient.executables)
     jitted = jax.jit(prog.fn)
     run_ = _finish(name, client, prog, ref,
-                   lambda: jitted(*jax.device_put((prog.params, *prog.inputs), device)), ref_wall,
+                   lambda: {k: np.asarray(v) for k, v in
+                            jitted(*jax.device_put((prog.params, *prog.inputs), device)).items()}, ref_wall,
                    (fp.PLATFORM, "fornax PJRT plugin (C API from Python)", pclient.platform_version))
     kinds: Counter[str] = Counter()
     size = compile_s = 0.0

@@ -404,7 +404,7 @@ def _run_pjrt(name: str, vendor: str, seed: int) -> ZooResult:
         with jax.enable_x64(False):
             got = prog.run(jit, seed)
             got = jax.tree_util.tree_map(np.asarray, got)
-    except (FornaxError, RuntimeError, ValueError, TypeError, AssertionError) as exc:
+    except (FornaxError, RuntimeError, SystemError, ValueError, TypeError, AssertionError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     result.wall_s = time.perf_counter() - t0
     _account(result, client.report(), before)

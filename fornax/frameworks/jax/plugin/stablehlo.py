@@ -151,6 +151,28 @@ MONOID = {"add": "sum", "maximum": "max", "minimum": "min", "multiply": "prod", 
 OF_MONOID = {v: k for k, v in MONOID.items()}
 
 
+#: ops whose operands lax broadcasts when one is a scalar
+ELEMENTWISE = frozenset(BINARY) | {"compare", "select", "clamp"}
+
+
+class Splat:
+    """A splat constant (one value in every element) kept as its scalar until an op needs the
+    whole array: ``max(x, 0)`` takes the scalar, as the jaxpr it was lowered from did."""
+
+    def __init__(self, scalar: np.ndarray, shape: tuple[int, ...]):
+        self.scalar, self.shape = scalar, tuple(shape)
+        self.dtype = scalar.dtype
+
+    def materialize(self):
+        if not self.shape:
+            return self.scalar                 # a concrete scalar (a reduction's init value stays known)
+        return lax.broadcast_in_dim(self.scalar, self.shape, ())
+
+
+def _value(v):
+    return v.materialize() if isinstance(v, Splat) else v
+
+
 def _monoid(region) -> str | None:
     """The name of a reduction body that applies one binary op to its two arguments."""
     block = region.blocks[0]
@@ -198,7 +220,7 @@ class Interpreter:
         for op in block.operations:
             name = op.operation.name
             if name in ("func.return", "stablehlo.return"):
-                return [env[v] for v in op.operands]
+                return [_value(env[v]) for v in op.operands]
             self.ops[name] += 1
             results = self.op(op, name, [env[v] for v in op.operands], env)
             for r, v in zip(op.results, results):
@@ -217,6 +239,14 @@ class Interpreter:
         short = name.removeprefix("stablehlo.")
         attrs = op.attributes
         outs = [tensor(r.type) for r in op.results]
+        if any(isinstance(x, Splat) for x in xs):
+            if short == "broadcast_in_dim" and isinstance(xs[0], Splat):
+                return [Splat(xs[0].scalar, outs[0][0])]
+            full = not all(isinstance(x, Splat) for x in xs)
+            # lax's elementwise ops broadcast a scalar operand; anything else gets the full array
+            scalar_ok = [short in ELEMENTWISE and (short != "select" or i == 0) for i in range(len(xs))]
+            xs = [x.scalar if isinstance(x, Splat) and full and ok else
+                  x.materialize() if isinstance(x, Splat) else x for x, ok in zip(xs, scalar_ok)]
 
         def attr(key):
             return attrs[key] if key in attrs else None
@@ -241,7 +271,11 @@ class Interpreter:
             return [lax.digamma(xs[0])]
         shape, dtype = outs[0] if outs else ((), np.dtype(np.float32))
         if short == "constant":
-            return [constant(attr("value"), shape, dtype)]
+            value = constant(attr("value"), shape, dtype)
+            if value.ndim == 0 or ir.DenseElementsAttr(attr("value")).is_splat:
+                # one value, not a tensor of copies to upload: elementwise ops take the scalar
+                return [Splat(value.reshape(-1)[:1].reshape(()), shape)]
+            return [value]
         if short == "compare":
             direction = str(shlo.ComparisonDirectionAttr(attr("comparison_direction")).value)
             return [COMPARE[direction](xs[0], xs[1])]
