@@ -490,6 +490,10 @@ def _render_jax(sec: JSON, console: Console) -> None:
                         ("loop iterations (host-driven)", str(c["host_loop_iterations"])),
                         ("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")):
         ct.add_row(what, value)
+    got = sec.get("received")
+    if got:
+        ct.add_row("program handed over", f"jaxpr, {got['equations']} equations" if got["ir"] == "jaxpr" else
+                   f"StableHLO, {got['ops']} ops of {len(got['kinds'])} kinds ({fmt_bytes(got['bytes'])})")
     console.print(ct)
     _render_losses(sec, console)
 

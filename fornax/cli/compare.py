@@ -118,7 +118,8 @@ def _all_combos(where, framework, workload, spec, seed, jobs, as_json, plot_path
               help=f"Vendor families to compare, every seam from one family (default "
                    f"{','.join(cmp.default_vendors())}).")
 @click.option("--frameworks", default=None, metavar="F,F,...",
-              help="Front ends to cross with the stacks: graph (default), torch, jax, max; the "
+              help="Front ends to cross with the stacks: graph (default), torch, jax, jax-pjrt (plain "
+                   "jax.jit through the PJRT plugin, one process per column), max; the "
                    "workload must exist for each.  Several front ends add rows saying where each "
                    "puts the hardware boundary.")
 @click.option("--stack", "stacks", multiple=True, metavar="FILE",

@@ -158,8 +158,8 @@ def test_buffers_live_in_simulated_device_memory_and_are_given_back():
 
 def test_errors_are_pjrt_errors_with_fornaxs_message():
     o = _probe()
-    assert o["complex_error"].startswith("JaxRuntimeError: FAILED_PRECONDITION: [framework] complex64 has no "
-                                         "fornax device dtype")
+    assert o["complex_error"].startswith("JaxRuntimeError: UNIMPLEMENTED: [framework] the fornax device holds "
+                                         "no complex64 buffers")
     assert o["rng_bit_generator_error"].startswith(
         "JaxRuntimeError: UNIMPLEMENTED: [framework] stablehlo.rng_bit_generator")
     # the documented limit: an error JAX raises while releasing a temporary fornax array
@@ -215,5 +215,4 @@ def test_jax_platforms_fornax_makes_it_the_default_backend():
                 "y = jax.jit(lambda x: x * 2)(jnp.arange(3.0))\nprint(y.devices(), y.tolist())",
                 JAX_PLATFORMS="fornax", FORNAX_PJRT="xpu-like")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines() == ["fornax", "{FornaxDevice(id=0, family=xpu-like, kind="
-                                     + r.stdout.splitlines()[1].split("kind=")[1].split(")}")[0] + ")} [0.0, 2.0, 4.0]"]
+    assert r.stdout.splitlines() == ["fornax", "{FornaxDevice(id=0, family=xpu-like)} [0.0, 2.0, 4.0]"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..lowering import device_dtype
 from . import capi
 from .objects import (PJRT_TO_NP, Buffer, Client, Description, Device, Executable, LoadedExecutable, Memory,
                       pjrt_type_of)
@@ -156,6 +157,9 @@ class Plugin:
         if a.device_layout:
             _check_default_layout(a.device_layout.contents, a.num_dims, "device_layout")
         dtype = _np_dtype(a.type)
+        if device_dtype(dtype) is None:
+            raise PjrtError(f"the fornax device holds no {dtype} buffers", capi.UNIMPLEMENTED,
+                            hint="use float32/float16/bfloat16/float64, int8-64, uint8-32 or bool")
         dims = tuple(a.dims[i] for i in range(a.num_dims))
         host = _host_array(a.data, dtype, dims,
                            [a.byte_strides[i] for i in range(a.num_byte_strides)] if a.byte_strides else None)

@@ -121,7 +121,7 @@ class Device(Owned):
 
     def debug_string(self) -> str:
         """``repr(device)`` in JAX."""
-        return f"FornaxDevice(id={self.index}, family={self.client.family}, kind={self.kind!r})"
+        return f"FornaxDevice(id={self.index}, family={self.client.family})"
 
 
 class Client(Owned):
