@@ -59,6 +59,8 @@ FUNCS = {
     "softmax_grad": (jax.grad(lambda a: jax.nn.log_softmax(a).sum() + (a ** 2).mean()), (x,)),
     "where_clip": (lambda a: jnp.where(a > 0, jnp.clip(a, 0.1, 0.9), jnp.exp(a)), (x,)),
     "integer_ops": (lambda i: (i * 7 + 3) % 5 - (i >> 1), (idx,)),
+    # no lax counterpart: the op runs on the host, compiled alone by XLA's CPU compiler
+    "rng_bit_generator": (lambda k: lax.rng_bit_generator(k, (3, 5))[1], (np.arange(4, dtype=np.uint32),)),
 }
 checks = {}
 for name, (fn, args) in FUNCS.items():
@@ -98,12 +100,17 @@ def error_of(thunk) -> str:
     return ""
 
 out["complex_error"] = error_of(lambda: jax.device_put(np.ones(3, np.complex64), devs[0]).block_until_ready())
-key = jax.device_put(np.zeros(4, np.uint32), devs[0])
-out["rng_bit_generator_error"] = error_of(lambda: jax.jit(lambda k: lax.rng_bit_generator(k, (4,))[1])(key))
+def foreign(v):                      # a custom call into a library nothing here implements
+    return jax.ffi.ffi_call("vendor_gemm_v9", jax.ShapeDtypeStruct(v.shape, v.dtype))(v)
+
+
+key = jax.device_put(np.zeros(4, np.float32), devs[0])
+out["custom_call_error"] = error_of(lambda: jax.jit(foreign)(key))
 # an array JAX releases while it raises (a temporary argument of the failing call): Python's
 # ctypes callbacks cannot keep the error pending, so it surfaces as SystemError (logged)
-out["temporary_error"] = error_of(
-    lambda: jax.jit(lambda k: lax.rng_bit_generator(k, (4,))[1])(jax.device_put(np.zeros(4, np.uint32), devs[0])))
+out["temporary_error"] = error_of(lambda: jax.jit(foreign)(jax.device_put(np.zeros(4, np.float32), devs[0])))
+out["fallbacks"] = sorted({r["primitive"]: r["reason"] for r in fc.report()["primitives"]
+                           if r["route"] == "fallback"}.items())
 out["live_after_errors"] = fc.live_buffers() - base
 out["calls"] = dict(fp.plugin().table.calls)
 out["report"] = {k: v for k, v in fc.report().items() if k in ("totals", "executions", "h2d_bytes", "d2h_bytes")}

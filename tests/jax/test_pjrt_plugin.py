@@ -136,7 +136,7 @@ def test_every_device_dtype_round_trips_bit_for_bit_on_the_chosen_device():
 
 @pytest.mark.parametrize("name", ["fori_loop", "cond", "switch", "sort", "argmax", "cumsum", "gather",
                                   "scatter_add", "conv", "max_pool", "softmax_grad", "where_clip",
-                                  "integer_ops"])
+                                  "integer_ops", "rng_bit_generator"])
 def test_plain_jax_jit_on_fornax_matches_the_cpu(name):
     c = _probe()["functions"][name]
     assert c["error"] == "" and c["shape_ok"] and c["device"] == "fornax:0"
@@ -160,11 +160,20 @@ def test_errors_are_pjrt_errors_with_fornaxs_message():
     o = _probe()
     assert o["complex_error"].startswith("JaxRuntimeError: UNIMPLEMENTED: [framework] the fornax device holds "
                                          "no complex64 buffers")
-    assert o["rng_bit_generator_error"].startswith(
-        "JaxRuntimeError: UNIMPLEMENTED: [framework] stablehlo.rng_bit_generator")
+    assert o["custom_call_error"].startswith(
+        "JaxRuntimeError: UNIMPLEMENTED: [framework] stablehlo.custom_call: neither the fornax device nor "
+        "XLA's CPU compiler runs it")
+    assert "vendor_gemm_v9" in o["custom_call_error"]
     # the documented limit: an error JAX raises while releasing a temporary fornax array
     assert o["temporary_error"] == "SystemError: error return without exception set"
-    assert "ctypes callbacks cannot keep pending" in o["stderr"] and "rng_bit_generator" in o["stderr"]
+    assert "ctypes callbacks cannot keep pending" in o["stderr"] and "vendor_gemm_v9" in o["stderr"]
+
+
+def test_ops_without_a_device_rule_are_named_host_fallbacks():
+    fallbacks = dict(_probe()["fallbacks"])
+    assert fallbacks["stablehlo.rng_bit_generator"] == ("no lax counterpart: XLA's CPU compiler runs this "
+                                                        "StableHLO op on the host")
+    assert "uint64 has no fornax device dtype" in fallbacks["bitcast_convert_type"]
 
 
 def test_the_pjrt_calls_jax_makes():

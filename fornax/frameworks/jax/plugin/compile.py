@@ -14,6 +14,7 @@ import re
 import time
 from collections import Counter
 
+import jax
 import numpy as np
 
 from ..program import build_program
@@ -47,7 +48,10 @@ class Compiled:
         client = device.client.fornax
         with client.lock:
             client.counts["executions"] += 1
-            outs = prog.run(list(args))
+            # the jaxpr was traced with 64-bit types enabled (StableHLO's types are exact): its
+            # host fallbacks run the same way, so a 64-bit value stays 64-bit
+            with jax.enable_x64(True):
+                outs = prog.run(list(args))
             placement = device.placement()
             seen = {id(b) for b in args}
             for k, b in enumerate(outs):
