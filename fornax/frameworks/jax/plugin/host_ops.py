@@ -38,7 +38,7 @@ def one_op_module(op) -> str:
             ftype = ir.FunctionType.get([v.type for v in op.operands], [r.type for r in op.results])
             fn = func_d.FuncOp("main", ftype)
             fn.attributes["sym_visibility"] = ir.StringAttr.get("public")
-            block = fn.add_entry_block()
+            block = fn.add_entry_block()  # type: ignore[attr-defined]  # in the bindings, not their stubs
             with ir.InsertionPoint(block):
                 clone = op.operation.clone()
                 for i, arg in enumerate(block.arguments):
