@@ -20,7 +20,8 @@ import numpy as np
 from ..program import build_program
 from . import capi
 from .objects import Client, Executable
-from .stablehlo import Unsupported, to_jaxpr
+from .stablehlo import to_jaxpr
+from .types import Unsupported
 from .table import PjrtError
 
 

@@ -22,7 +22,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func as func_d
 
 from .. import program
-from .stablehlo import Unsupported, tensor
+from .types import Unsupported, tensor
 
 #: the reason the client's report gives for every op run this way
 REASON = "no lax counterpart: XLA's CPU compiler runs this StableHLO op on the host"

@@ -32,38 +32,7 @@ from jax import lax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as shlo
 
-from . import capi
-from .table import PjrtError
-
-
-class Unsupported(PjrtError):
-    """A StableHLO op the plugin cannot run."""
-
-    def __init__(self, message: str, **kw):
-        super().__init__(message, capi.UNIMPLEMENTED, **kw)
-
-
-# -- types and attributes ------------------------------------------------------------------------------
-def np_dtype(t) -> np.dtype:
-    """The numpy dtype of an MLIR element type."""
-    s = str(t)
-    if s == "i1":
-        return np.dtype(bool)
-    m = re.fullmatch(r"(u?)i(\d+)", s) or re.fullmatch(r"(ui)(\d+)", s)
-    if m:
-        return np.dtype(("uint" if m.group(1) else "int") + m.group(2))
-    if s in ("f16", "f32", "f64"):
-        return np.dtype("float" + s[1:])
-    if s == "bf16":
-        return np.dtype(jax.numpy.bfloat16)
-    raise Unsupported(f"element type {s} has no fornax device dtype")
-
-
-def tensor(t) -> tuple[tuple[int, ...], np.dtype]:
-    rt = ir.RankedTensorType(t)
-    if not rt.has_static_shape:
-        raise Unsupported(f"{t}: dynamic shapes are not supported")
-    return tuple(rt.shape), np_dtype(rt.element_type)
+from .types import Unsupported, tensor
 
 
 def ints(attr) -> list[int]:
