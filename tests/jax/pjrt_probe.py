@@ -81,6 +81,30 @@ out["device1_result"] = str(next(iter(y.devices())))
 out["device1_exact"] = bool(np.array_equal(np.asarray(y), x + 1))
 y.block_until_ready()
 
+# -- threads: JAX calls the plugin from several threads at once -----------------------------------
+import threading  # noqa: E402
+
+square = jax.jit(lambda a: jnp.tanh(a @ a.T).sum())
+thread_errors: list = []
+
+
+def worker(i):
+    try:
+        for k in range(3):
+            v = np.full((8, 8), 0.1 * (i + k), np.float32)
+            got = float(square(jax.device_put(v, devs[i % 2])))
+            assert abs(got - float(np.tanh(v @ v.T).sum())) < 1e-4
+    except Exception as exc:                # noqa: BLE001  (reported, not raised, from a thread)
+        thread_errors.append(f"{type(exc).__name__}: {exc}")
+
+
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+out["thread_errors"] = thread_errors
+
 # -- memory: buffers live in simulated device memory and are given back ---------------------------
 fc = client.fornax
 base = fc.live_buffers()

@@ -143,6 +143,10 @@ def test_plain_jax_jit_on_fornax_matches_the_cpu(name):
     assert c["max_abs"] <= 2e-6
 
 
+def test_calls_from_several_threads_at_once():
+    assert _probe()["thread_errors"] == []
+
+
 def test_a_program_runs_on_the_device_its_arguments_are_on():
     o = _probe()
     assert o["device1_result"] == "fornax:1" and o["device1_exact"]

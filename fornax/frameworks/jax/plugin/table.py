@@ -129,6 +129,7 @@ class Table:
     def __init__(self, impl: Any):
         self.handles = Handles()
         self.impl = impl
+        self.lock = threading.RLock()
         self.calls: dict[str, int] = {}
         self._keep: list = []
         api = self.api = capi.Api()
@@ -196,7 +197,11 @@ class Table:
                 if impl is None:
                     raise PjrtError(f"{fn_name} is not implemented by the fornax PJRT plugin",
                                     capi.UNIMPLEMENTED)
-                result = impl(ctypes.cast(address, ptr_type).contents)
+                # one call at a time: JAX may call from several threads, the simulator is not
+                # thread-safe (the lock is re-entrant: a callback JAX makes from inside a call
+                # may call the plugin again)
+                with self.lock:
+                    result = impl(ctypes.cast(address, ptr_type).contents)
                 return None if void else (result or None)
             except BaseException as exc:       # nothing may unwind into C
                 if quiet and impl is not None:
@@ -214,10 +219,15 @@ class Table:
         error pending (CPython reports a callback that returns with an exception set), so it
         surfaces in Python as ``SystemError: error return without exception set``; its text is
         logged here, and the destroy is done now that nothing is pending."""
+        root: BaseException = exc
+        while root.__cause__ is not None or root.__context__ is not None:   # the error that was pending
+            root = root.__cause__ or root.__context__        # type: ignore[assignment]
         log.warning("fornax PJRT plugin: JAX released an object while raising this error, which "
-                    "Python's ctypes callbacks cannot keep pending (it surfaces as SystemError): %s", exc)
+                    "Python's ctypes callbacks cannot keep pending (it surfaces as SystemError): %s: %s",
+                    type(root).__name__, root)
         try:
-            impl(ctypes.cast(address, ptr_type).contents)
+            with self.lock:
+                impl(ctypes.cast(address, ptr_type).contents)
         except BaseException as again:
             log.error("%s failed: %s", fn_name, again)
         return None
