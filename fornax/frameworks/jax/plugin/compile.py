@@ -123,10 +123,11 @@ def compile_program(client: Client, fmt: str, code: bytes, options: bytes) -> Ex
         raise PjrtError(f"a program of {replicas} replica(s) x {partitions} partition(s): the fornax plugin "
                         "compiles single-device programs", capi.UNIMPLEMENTED,
                         hint="multi-device programs (shard_map, pmap) run through fornax.frameworks.jax")
-    device = client.devices[device_id or 0] if device_id is None or device_id < len(client.devices) else None
-    if device is None:
+    index = 0 if device_id is None else device_id
+    if not 0 <= index < len(client.devices):
         raise PjrtError(f"the options assign device {device_id}; the stack has {len(client.devices)}",
                         capi.INVALID_ARGUMENT)
+    device = client.devices[index]
     ctx, module = parse_module(fmt, code)
     with ctx:
         text = str(module.operation)
@@ -146,9 +147,7 @@ def compile_program(client: Client, fmt: str, code: bytes, options: bytes) -> Ex
                     donated.append(i)
         try:
             closed, ops = to_jaxpr(module)
-        except Unsupported:
-            raise
-        except PjrtError:
+        except PjrtError:                    # Unsupported included: it names the op already
             raise
         except Exception as exc:
             raise Unsupported(f"{name}: the StableHLO could not be read into lax primitives: "
