@@ -42,8 +42,7 @@ def _jax_levels() -> dict[str, dict[str, Any]]:
         if got["ir"] == "jaxpr":
             program = f"jaxpr: {got['equations']} equations"
         else:
-            program = (f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds, "
-                       f"{got['bytes']} bytes of MLIR bytecode")
+            program = f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds"
         out[c["framework"]] = {"program": program, "begins": doc["boundaries"][c["framework"]]["begins"],
                                "kernels": c["metrics"]["kernels"], "device_time_s": c["metrics"]["device_time_s"],
                                "h2d_bytes": c["metrics"]["h2d_bytes"]}
