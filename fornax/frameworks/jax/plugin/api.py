@@ -19,17 +19,8 @@ import numpy as np
 from ..lowering import device_dtype
 from . import capi
 from .objects import (PJRT_TO_NP, Buffer, Client, Description, Device, Executable, LoadedExecutable, Memory,
-                      pjrt_type_of)
+                      Owned, Topology, pjrt_type_of)
 from .table import Event, PjrtError, Table
-
-
-class Topology:
-    """``PJRT_TopologyDescription``: the client's devices as descriptions."""
-
-    handle: int = 0
-
-    def __init__(self, client: Client):
-        self.client = client
 
 
 class Plugin:
@@ -42,7 +33,7 @@ class Plugin:
         self.h = self.table.handles
         self.clients: list[Client] = []
         self.lock = threading.RLock()
-        self._attrs = _Attrs()
+        self._attrs = Owned()                # the plugin's attributes, alive as long as it is
         self.capsule: Any = None
 
     # -- plugin ------------------------------------------------------------------------------------
@@ -544,17 +535,6 @@ class Plugin:
             placement = device.placement()
             ev = placement.record()
             a.device_complete_events[0] = self.table.event(Event(ev.await_ready, probe=ev.is_ready))
-
-
-class _Attrs:
-    """Owns the plugin-level attribute array."""
-
-    def __init__(self):
-        from .objects import Owned
-        self._o = Owned()
-
-    def named_values(self, key: str, values: dict[str, Any]):
-        return self._o.named_values(key, values)
 
 
 def _np_dtype(pjrt_type: int) -> np.dtype:

@@ -94,9 +94,6 @@ def args(name: str, *fields: tuple) -> type[ctypes.Structure]:
                 {"_fields_": [("struct_size", c_size_t), ("extension_start", P), *fields]})
 
 
-_STR = (("string", P), ("string_size", c_size_t))    # placeholder names, replaced per struct
-
-
 def _str_out(handle: str, field: str) -> tuple:
     return ((handle, P), (field, P), (field + "_size", c_size_t))
 

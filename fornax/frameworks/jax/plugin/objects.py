@@ -154,6 +154,15 @@ class Client(Owned):
         self.generation += 1
 
 
+class Topology:
+    """``PJRT_TopologyDescription``: the client's devices as descriptions."""
+
+    handle: int = 0
+
+    def __init__(self, client: "Client"):
+        self.client = client
+
+
 class Buffer:
     """A ``PJRT_Buffer``: a fornax buffer (its bytes in simulated device memory) on a device."""
 
