@@ -172,7 +172,13 @@ def execute(prep: Prepared, *, faults: FaultPlan | None = None, debug: bool = Fa
     cfg, framework, wl, stack = prep.config, prep.framework, prep.workload, prep.stack
     if framework == "jax-pjrt" and prep.client is None:
         from .compare_pjrt import run_in_worker
-        return run_in_worker(prep, faults=faults, debug=debug)
+        try:
+            return run_in_worker(prep, faults=faults, debug=debug)
+        except FornaxError as exc:       # the worker never reported: the column says why, the others run
+            if debug:
+                raise
+            rep = report_mod.build(stack, wl.name, None, [], 0.0, [exc.to_dict()], framework=framework)
+            return Outcome(stack, rep, str(exc))
     if faults is not None:
         for device in stack.devices:
             device.inject(faults)
@@ -446,7 +452,9 @@ def compare(cols: list[Column], *, debug: bool = False,
         prep = prepared.pop(0)                           # popped: a finished run's devices go
         one_off = warm_up(col) if prep.client is not None or col.framework != "jax-pjrt" else None
         out = execute(prep, debug=debug)
-        docs.append({**_column_doc(col, out), "one_off": out.one_off or one_off})
+        # a jax-pjrt column's one-off costs were paid in its own process (none when it never reported)
+        docs.append({**_column_doc(col, out),
+                     "one_off": out.one_off or one_off or {"import_s": 0.0, "first_run_wall_s": 0.0}})
     fws = list(dict.fromkeys(c.framework for c in cols))
     return {"schema": SCHEMA, "workload": names[0],
             "metrics": [{"key": m.key, "label": m.label, "unit": m.unit} for m in METRICS],

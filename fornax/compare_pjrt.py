@@ -52,7 +52,8 @@ def run_in_worker(prep, *, faults=None, debug: bool = False):
                            capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         raise FornaxError(f"the jax-pjrt run of {prep.workload.name} took over {WORKER_TIMEOUT_S} s",
-                          seam="framework") from None
+                          seam="framework", hint="run the column alone with FORNAX_PJRT set to see how far "
+                                                 "it gets") from None
     if r.returncode != 0:
         tail = " ".join(r.stderr.strip().splitlines()[-1:]) or f"exit status {r.returncode}"
         raise FornaxError(f"the jax-pjrt worker for {prep.workload.name} failed: {tail}", seam="framework",

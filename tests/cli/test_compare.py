@@ -143,6 +143,17 @@ def test_jax_at_both_of_its_boundaries():
     assert fornax.compare.received(pj["report"]).startswith("StableHLO: ")
 
 
+def test_a_jax_pjrt_worker_that_never_reports_fails_its_column_only(monkeypatch):
+    import fornax.compare_pjrt
+    monkeypatch.setattr(fornax.compare_pjrt, "WORKER_TIMEOUT_S", 0.5)
+    doc = fornax.compare.compare(fornax.compare.columns("mlp", frameworks=["graph", "jax-pjrt"],
+                                                        vendors=["cuda-like"], spec="tiny"))
+    validate(doc)
+    graph, pjrt = doc["columns"]
+    assert graph["status"] == "ok" and pjrt["status"] == "error" and doc["ok"] is False
+    assert "the jax-pjrt run of mlp took over 0.5 s" in pjrt["error"] and pjrt["metrics"] is None
+
+
 def test_stack_files_are_columns(tmp_path):
     a = tmp_path / "mixed.toml"
     a.write_text('[stack]\nvendor = "rocm-like"\nspec = "tiny"\nseed = 5\n'
