@@ -465,12 +465,7 @@ def compare(cols: list[Column], *, debug: bool = False,
 def received(rep: dict) -> str:
     """What a JAX column's stack was handed at the boundary, in words ("" for other columns)."""
     got = (rep.get("jax") or {}).get("received")
-    if not got:
-        return ""
-    if got["ir"] == "jaxpr":
-        return f"jaxpr: {got['equations']} equations"
-    return (f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds, {report_mod.fmt_bytes(got['bytes'])} "
-            f"of bytecode, read in {report_mod.fmt_time(got['compile_s'])}")
+    return report_mod.received_text(got) if got else ""
 
 
 # ---- rendering -----------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 
@@ -46,7 +45,8 @@ def run_in_worker(prep, *, faults=None, debug: bool = False):
         raise ConfigError("fault injection runs in this process; a jax-pjrt column runs in a process of its "
                           "own", hint="inject faults with --framework jax")
     payload = {"config": dataclasses.asdict(prep.config), "workload": prep.workload.name, "debug": debug}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORNAX_PJRT", "JAX_PLATFORMS"))}
+    from .frameworks.jax.plugin import without_switches
+    env = without_switches()
     try:
         r = subprocess.run([sys.executable, "-m", "fornax.compare_pjrt"], input=json.dumps(payload),
                            capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, env=env)

@@ -201,6 +201,18 @@ JAX_COUNTS = ("executions", "segments_run", "host_fallback_runs", "host_branches
               "host_loop_iterations", "h2d_bytes", "d2h_bytes")
 
 
+def received_text(got: JSON, host: bool = True) -> str:
+    """The program a JAX run handed the stack (``report["jax"]["received"]``), in words;
+    ``host=False`` leaves out the figures that vary from host to host (the bytecode carries
+    source paths; the read time is a host clock)."""
+    if got["ir"] == "jaxpr":
+        return f"jaxpr: {got['equations']} equations"
+    text = f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds"
+    if host:
+        text += f", {fmt_bytes(got['bytes'])} of bytecode, read in {fmt_time(got['compile_s'])}"
+    return text
+
+
 def jax_section(routes: JSON, *, stack: str = "", platform: str = "", plugin: str = "",
                 platform_version: str = "", losses: Iterable[float] = (),
                 reference_losses: Iterable[float] = (), reference_wall_s: float = 0.0,
@@ -490,10 +502,8 @@ def _render_jax(sec: JSON, console: Console) -> None:
                         ("loop iterations (host-driven)", str(c["host_loop_iterations"])),
                         ("H2D / D2H bytes", f"{fmt_bytes(c['h2d_bytes'])} / {fmt_bytes(c['d2h_bytes'])}")):
         ct.add_row(what, value)
-    got = sec.get("received")
-    if got:
-        ct.add_row("program handed over", f"jaxpr, {got['equations']} equations" if got["ir"] == "jaxpr" else
-                   f"StableHLO, {got['ops']} ops of {len(got['kinds'])} kinds ({fmt_bytes(got['bytes'])})")
+    if sec.get("received"):
+        ct.add_row("program handed over", received_text(sec["received"]))
     console.print(ct)
     _render_losses(sec, console)
 

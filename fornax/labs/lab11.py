@@ -35,14 +35,11 @@ def _jax_levels() -> dict[str, dict[str, Any]]:
     """The mlp through fornax's JAX front end (a jaxpr) and through plain jax.jit on the PJRT
     plugin (StableHLO; in a process of its own), on cuda-like."""
     from fornax.compare import columns, compare
+    from fornax.report import received_text
     doc = compare(columns("mlp", frameworks=["jax", "jax-pjrt"], vendors=["cuda-like"]))
     out = {}
     for c in doc["columns"]:
-        got = c["report"]["jax"]["received"]
-        if got["ir"] == "jaxpr":
-            program = f"jaxpr: {got['equations']} equations"
-        else:
-            program = f"StableHLO: {got['ops']} ops of {len(got['kinds'])} kinds"
+        program = received_text(c["report"]["jax"]["received"], host=False)
         out[c["framework"]] = {"program": program, "begins": doc["boundaries"][c["framework"]]["begins"],
                                "kernels": c["metrics"]["kernels"], "device_time_s": c["metrics"]["device_time_s"],
                                "h2d_bytes": c["metrics"]["h2d_bytes"]}

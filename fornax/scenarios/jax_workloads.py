@@ -304,11 +304,7 @@ def run_pjrt(name: str, seed: int = 0, **params) -> JaxRun:
     from ..frameworks.jax import plugin as fp
 
     prog, ref, ref_wall = _program(name, seed, params)
-    jax.devices()                         # JAX discovers (and the environment may opt in) plugins here
-    p = fp.plugin()
-    if p is None or not p.clients:
-        raise ConfigError("the fornax PJRT plugin is not registered in this process",
-                          hint="set FORNAX_PJRT=<family> before starting Python")
+    p = fp.registered()
     pclient = p.clients[0]
     client = pclient.fornax
     device = jax.devices(fp.PLATFORM)[0]

@@ -56,6 +56,7 @@ import optax
 from jax import lax
 
 from ..layers.errors import ConfigError, FornaxError
+from ..report import rows_delta
 from ..stack import BUILTIN_FAMILIES
 
 #: the vendor families the zoo runs on
@@ -362,9 +363,7 @@ _COUNTS = ("executions", "segments_run", "host_fallback_runs", "host_loop_iterat
 def _account(result: ZooResult, report: dict, before: dict | None = None) -> None:
     """The result's routes and counts from a client report (less ``before``'s, a report of
     the same client taken before the program ran)."""
-    prior = {(r["primitive"], r["route"]): r["count"] for r in (before or {}).get("primitives", [])}
-    rows = [dict(r, count=r["count"] - prior.get((r["primitive"], r["route"]), 0)) for r in report["primitives"]]
-    rows = [r for r in rows if r["count"] > 0]
+    rows = rows_delta((before or {}).get("primitives", []), report["primitives"], "primitive")
     result.fallbacks = [{"primitive": r["primitive"], "count": r["count"], "reason": r["reason"]}
                         for r in rows if r["route"] == "fallback"]
     totals: dict[str, int] = {}
@@ -379,12 +378,7 @@ def _run_pjrt(name: str, vendor: str, seed: int) -> ZooResult:
     from fornax.frameworks.jax import plugin as fp
 
     prog = get_program(name)
-    jax.devices()                         # JAX discovers (and the environment may opt in) plugins here
-    p = fp.plugin()
-    if p is None or not p.clients:
-        raise ConfigError("the fornax PJRT plugin is not registered in this process",
-                          hint="set FORNAX_PJRT=<family> before starting Python, or call "
-                               "fornax.frameworks.jax.plugin.enable() before JAX starts")
+    p = fp.registered()
     if p.settings.vendor != vendor:
         raise ConfigError(f"the PJRT plugin of this process composes {p.settings.vendor}, not {vendor}",
                           hint="one plugin per process: run each family in its own process")

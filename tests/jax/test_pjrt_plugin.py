@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +23,7 @@ PROBE = Path(__file__).with_name("pjrt_probe.py")
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORNAX_PJRT", "JAX_PLATFORMS"))}
-    env.update(extra)
-    return env
+    return {**fp.without_switches(), **extra}
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:

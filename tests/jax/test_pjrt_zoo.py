@@ -10,13 +10,13 @@ not serialize executables)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fornax.frameworks.jax.plugin import without_switches
 from fornax.scenarios import jax_zoo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ print(json.dumps([jax_zoo.run_program(n, sys.argv[1], route="pjrt").to_json() fo
 
 
 def _env(cache: Path, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORNAX_PJRT", "JAX_PLATFORMS"))}
+    env = without_switches()
     env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
     return env

@@ -337,6 +337,21 @@ class DevicePlacement:
         with self.current():
             return Event(self.client, self.client.runtime.record_event(self.stream))
 
+    def own_results(self, args: list, outs: list) -> list:
+        """A program's results as buffers of their own on this device, each ready when the work
+        enqueued so far is: a parameter returned unchanged, or one value returned twice, is
+        copied (deleting one result never deletes another array)."""
+        seen = {id(b) for b in args}
+        for k, b in enumerate(outs):
+            if id(b) in seen:
+                outs[k] = self.copy(b)
+            seen.add(id(outs[k]))
+        ev = self.record()
+        for b in outs:
+            if b.ready is None:
+                b.ready = ev
+        return outs
+
     def synchronize(self) -> None:
         self.client.runtime.stream_synchronize(self.stream)
 
@@ -549,18 +564,7 @@ class LoadedExecutable:
         with self.client.lock:
             self.client.counts["executions"] += 1
             outs = prog.run(list(buffers))
-            # every result is a buffer of its own: a parameter returned unchanged, or one value
-            # returned twice, is copied (deleting one result never deletes another array)
-            seen = {id(b) for b in buffers}
-            for k, b in enumerate(outs):
-                if id(b) in seen:
-                    outs[k] = self.client.copy(b)
-                seen.add(id(outs[k]))
-            ev = self.client.record()
-            for b in outs:
-                if b.ready is None:
-                    b.ready = ev
-            return outs
+            return self.client.home.own_results(list(buffers), outs)
 
     def as_text(self) -> str:
         return self.program.describe()

@@ -102,8 +102,26 @@ def settings_from_env(env=os.environ) -> Settings | None:
 _PLUGIN = None
 
 
+def without_switches(env=os.environ) -> dict:
+    """``env`` without the variables that turn the plugin on: what a child process gets that
+    decides for itself (a jax-pjrt worker, a test's fresh process)."""
+    return {k: v for k, v in env.items() if not k.startswith(("FORNAX_PJRT", "JAX_PLATFORMS"))}
+
+
 def plugin():
     """The registered plugin (its table, handles and clients), or None."""
+    return _PLUGIN
+
+
+def registered():
+    """The plugin registered in this process, with its client made (JAX discovers plugins, and
+    the environment may opt in, at its first ``jax.devices()``); a ConfigError when there is none."""
+    import jax
+    jax.devices()
+    if _PLUGIN is None or not _PLUGIN.clients:
+        raise ConfigError("the fornax PJRT plugin is not registered in this process",
+                          hint="set FORNAX_PJRT=<family> before starting Python, or call "
+                               "fornax.frameworks.jax.plugin.enable() before JAX starts")
     return _PLUGIN
 
 

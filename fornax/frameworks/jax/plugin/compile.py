@@ -53,19 +53,11 @@ class Compiled:
             # host fallbacks run the same way, so a 64-bit value stays 64-bit
             with jax.enable_x64(True):
                 outs = prog.run(list(args))
-            placement = device.placement()
-            seen = {id(b) for b in args}
             for k, b in enumerate(outs):
                 if not hasattr(b, "placement"):
                     raise PjrtError(f"{self.name}: result {k} ({b.aval.str_short()}) has no fornax device form",
                                     capi.UNIMPLEMENTED)
-                if id(b) in seen:            # a parameter returned as is: a result of its own
-                    outs[k] = placement.copy(b)
-                seen.add(id(outs[k]))
-            ev = placement.record()
-            for b in outs:
-                if b.ready is None:
-                    b.ready = ev
+            outs = device.placement().own_results(args, outs)
             for i in donate:                 # donation: the input's memory goes back at once
                 args[i].delete()
             return outs

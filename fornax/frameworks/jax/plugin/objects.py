@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import capi
+from .table import PjrtError
 
 
 class Owned:
@@ -206,7 +207,6 @@ def pjrt_type_of(dtype) -> int:
     """The ``PJRT_Buffer_Type`` of a numpy dtype."""
     name = NP_TO_PJRT.get(np.dtype(dtype).name)
     if name is None:
-        from .table import PjrtError
         raise PjrtError(f"{np.dtype(dtype)} has no PJRT buffer type", capi.UNIMPLEMENTED)
     return capi.BUFFER_TYPES.index(name)
 

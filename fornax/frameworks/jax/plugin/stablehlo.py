@@ -153,8 +153,8 @@ def _monoid(region) -> str | None:
     name = op.operation.name.removeprefix("stablehlo.")
     if name not in MONOID or ret.operation.name not in ("stablehlo.return", "func.return"):
         return None
-    args = list(block.arguments)
-    if {id(o) for o in op.operands} and set(map(str, op.operands)) != set(map(str, args)):
+    args, operands = list(block.arguments), list(op.operands)
+    if operands != args and operands != args[::-1]:
         return None
     if list(ret.operands)[0] != op.results[0]:
         return None
@@ -201,10 +201,7 @@ class Interpreter:
 
     def fn(self, region, outer: dict) -> Callable:
         """A region as a Python function of its block arguments (a loop or branch body)."""
-        def run(*args):
-            out = self.region(region, list(args), outer)
-            return out
-        return run
+        return lambda *args: self.region(region, list(args), outer)
 
     # -- ops ---------------------------------------------------------------------------------------------
     def op(self, op, name: str, xs: list, env: dict) -> list:
@@ -493,21 +490,7 @@ def _is_identity(init, kind: str) -> bool:
         v = np.asarray(init)
     except Exception:                         # a traced init value: not known to be the identity
         return False
-    if v.dtype == object:
-        return False
-    ident = {"sum": 0, "or": 0, "xor": 0, "prod": 1}
-    if kind in ident:
-        return bool(np.all(v == ident[kind]))
-    if kind == "and":
-        return bool(np.all(v == (True if v.dtype == np.bool_ else -1)))
-    big = np.inf if np.issubdtype(v.dtype, np.floating) else None
-    if kind == "max":
-        low = -big if big is not None else (False if v.dtype == np.bool_ else np.iinfo(v.dtype).min)
-        return bool(np.all(v == low))
-    if kind == "min":
-        high = big if big is not None else (True if v.dtype == np.bool_ else np.iinfo(v.dtype).max)
-        return bool(np.all(v == high))
-    return False
+    return v.dtype != object and bool(np.all(v == _identity(kind, v.dtype)))
 
 
 def to_jaxpr(module) -> tuple[Any, Counter]:
