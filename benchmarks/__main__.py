@@ -33,7 +33,7 @@ from fornax.scenarios.workloads import mlp
 from fornax.stack import compose, make_config
 
 from . import (all_combos, calibration, churn, collectives, compile_times, ddp_scaling, gemm_sweep, gpt2_step,
-               jax_frontend, opinfo, real_clients, scale_out, shape_only, torch_frontend)
+               jax_frontend, opinfo, real_clients, scale_out, shape_only, sparse_sweep, torch_frontend)
 
 from . import REPEATS
 from . import best as _best
@@ -151,7 +151,7 @@ def big_tensor_main() -> None:
 BENCHMARKS = {
     "mlp": mlp_main, "calibration": calibration.main, "compile_times": compile_times.main,
     "shape_only": shape_only.main, "scale_out": scale_out.main, "ddp_scaling": ddp_scaling.main,
-    "gemm_sweep": gemm_sweep.main, "collectives": collectives.main, "torch_frontend": torch_frontend.main,
+    "gemm_sweep": gemm_sweep.main, "sparse_sweep": sparse_sweep.main, "collectives": collectives.main, "torch_frontend": torch_frontend.main,
     "jax_frontend": jax_frontend.main, "gpt2_step": gpt2_step.main, "opinfo": opinfo.main,
     "real_clients": real_clients.main, "churn": churn.main, "big_tensor": big_tensor_main,
     "all_combos": all_combos.main,

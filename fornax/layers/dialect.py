@@ -43,7 +43,7 @@ _NAMED_REGISTER = re.compile(r"%[A-Za-z_]\w*\Z")
 _INT = re.compile(r"-?\d+\Z")
 
 #: instruction fields that name registers (``value`` only for stores, ``stop`` when a register)
-_REGS = {"dst", "src", "a", "b", "cond", "acc", "offsets", "mask", "var"}
+_REGS = {"dst", "src", "a", "b", "e", "cond", "acc", "offsets", "mask", "var"}
 _NAMES = {"ptr", "param", "name", "key"}
 
 

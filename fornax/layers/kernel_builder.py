@@ -31,7 +31,8 @@ POINTWISE_REGISTERS = 32
 Grid = tuple[int, int, int]
 #: a tile-ISA instruction that writes a destination register (``dst``)
 Defining = Union[isa.ProgramId, isa.Arange, isa.Const, isa.ScalarArg, isa.Unary, isa.Binary,
-                 isa.Where, isa.Convert, isa.Reshape, isa.Broadcast, isa.Reduce, isa.Load, isa.Dot]
+                 isa.Where, isa.Convert, isa.Reshape, isa.Broadcast, isa.Reduce, isa.Load, isa.Dot,
+                 isa.SparseDot]
 #: one tile-ISA instruction, as a kernel body holds it
 Instruction = Union[Defining, isa.Store, isa.StoreReduce, isa.Barrier, isa.Loop]
 

@@ -15,6 +15,7 @@ implementation a family subclasses; it composes
 
 * :mod:`fornax.layers.library_core` -- facts, shipped images, the call log;
 * :mod:`fornax.layers.gemm` -- GEMM (cuBLASLt-shaped; kernels in :mod:`fornax.layers.blas`);
+* :mod:`fornax.layers.sparse_gemm` -- 2:4 structured-sparse GEMM (cuSPARSELt-shaped);
 * :mod:`fornax.layers.dnn` -- convolution, attention, norms, softmax, pooling;
 * :mod:`fornax.layers.paged` -- the paged KV-cache write and paged attention (LLM serving);
 * :mod:`fornax.layers.collectives` -- communicators (NCCL/RCCL/oneCCL-like).
@@ -34,7 +35,8 @@ from typing import Any, Protocol, runtime_checkable
 from .call_record import CallRecord
 from .collectives import Communicator
 from .paged import PagedRoutines
-from .gemm import SPLIT_K_FILL, SPLIT_K_MIN_STEPS, Algorithm, GemmProblem, GemmRoutines
+from .gemm import SPLIT_K_FILL, SPLIT_K_MIN_STEPS, Algorithm, GemmProblem
+from .sparse_gemm import SparseGemmRoutines
 from .binary import ShippedImage
 from .library_core import LibraryCore
 from .driver import KernelArgs
@@ -204,6 +206,33 @@ class Library(Protocol):
         (the message lists ``[library.dnn.paged_attention]``'s), no query tile fitting shared
         memory, and on a shape-only (meta) device."""
 
+    # 2:4 structured-sparse GEMM (cuSPARSELt / hipSPARSELt-like; shared policy in
+    # layers/sparse_gemm.py, which lists ``params``); A is m x k row-major, sparse along K.  A
+    # family without it (``[library.sparse] supported = false``) raises its own "unsupported"
+    # code with the reason and a hint from every call; bad sizes, alignment, dtypes and a
+    # device without the sparse matrix instruction raise the family's codes too
+    def sparse_prune(self, a: int, out: int, params: dict[str, Any],
+                     stream: Stream | None = None) -> CallRecord:
+        """Write to ``out`` (may be ``a``) the 2:4 magnitude prune of the matrix at ``a``."""
+
+    def sparse_prune_check(self, a: int, params: dict[str, Any],
+                           stream: Stream | None = None) -> bool:
+        """Whether the matrix at ``a`` is 2:4-sparse along K (synchronous: reads it back)."""
+
+    def sparse_compressed_size(self, params: dict[str, Any]) -> tuple[int, int]:
+        """(compressed bytes, compress buffer bytes) of an ``m x k`` matrix."""
+
+    def sparse_compress(self, a: int, out: int, params: dict[str, Any],
+                        stream: Stream | None = None) -> CallRecord:
+        """Compress the 2:4 matrix at ``a`` into ``out``; a matrix that is not 2:4 is refused."""
+
+    def sparse_matmul(self, a: int, b: int, c: int, params: dict[str, Any],
+                      stream: Stream | None = None) -> CallRecord:
+        """``C = alpha * A @ op(B) + bias`` from the compressed A at ``a`` (m x n output)."""
+
+    def sparse_predict(self, params: dict[str, Any]) -> float:
+        """Simulated seconds :meth:`sparse_matmul` would take on ``params`` (runs nothing)."""
+
     def custom_kernel(self, program: Program, grid: Sequence[int], args: KernelArgs,
                       stream: Stream | None = None) -> CallRecord:
         """Launch a kernel the caller wrote (a tile-ISA ``program``, e.g. a graph front end's
@@ -227,10 +256,11 @@ class Library(Protocol):
         every call's choice and reason, and every collective."""
 
 
-class LibraryBase(GemmRoutines, PagedRoutines):
+class LibraryBase(SparseGemmRoutines, PagedRoutines):
     """Shared library policy; a vendor subclass sets ``vendor``, ``facts`` and ``encoders``.
 
-    GEMM (:mod:`fornax.layers.gemm`) and the DNN routines (:mod:`fornax.layers.dnn`, with the
+    GEMM (:mod:`fornax.layers.gemm`), 2:4 sparse GEMM (:mod:`fornax.layers.sparse_gemm`) and
+    the DNN routines (:mod:`fornax.layers.dnn`, with the
     paged KV-cache routines of :mod:`fornax.layers.paged` built on them) are mixed in over
     :class:`~fornax.layers.library_core.LibraryCore`."""
 

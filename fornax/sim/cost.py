@@ -57,6 +57,9 @@ ATTENTION_BLOCK = (128, 128)
 #: vector operations per attention score (scale, running max, subtract, exp, running sum)
 SOFTMAX_OPS_PER_SCORE = 5
 
+#: the ``sparsity`` a kernel's metadata names when its matrix work is 2:4 structured-sparse
+SPARSITY = "2:4"
+
 #: copy kinds :func:`copy_cost` prices
 COPY_KINDS = ("h2d", "d2h", "d2d", "peer")
 
@@ -117,6 +120,14 @@ def resident_instances(spec: ChipSpec, tile: Sequence[int], itemsize: int, acc_w
     return max(1, min(spec.shared_memory_per_unit // smem, spec.registers_per_unit // regs))
 
 
+def sparse_matrix_shape(spec: ChipSpec) -> tuple[int, int, int]:
+    """The 2:4 sparse matrix instruction's shape: the dense one with twice its K (mma.sp
+    m16n8k32 beside mma m16n8k16; smfmac 32x32x16 beside mfma 32x32x8), counted in dense
+    K columns of which it reads half."""
+    m, n, k = spec.matrix_shape
+    return m, n, 2 * k
+
+
 def alignment_factor(tile: Sequence[int], shape: Sequence[int]) -> float:
     """Matrix work the hardware does for a tile padded to the instruction shape, per counted work."""
     f = 1.0
@@ -139,18 +150,22 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
     ``meta`` is the program's metadata; a ``tile`` entry (``[bm, bn, bk]``)
     marks a tiled kernel and enables occupancy, matrix-instruction alignment
     and the pipeline ramp; a ``lane_efficiency`` entry (in (0, 1], set by a
-    binary translator) slows the vector work.  ``clock_fraction`` scales the
+    binary translator) slows the vector work; ``sparsity = "2:4"`` marks a
+    kernel whose matrix work is :class:`~fornax.sim.isa.SparseDot`: its
+    dense-equivalent FLOPs run at the spec's ``sparse_matrix_peak`` (the dense
+    peak on a chip without one), padded to :func:`sparse_matrix_shape`.  ``clock_fraction`` scales the
     compute clock.
     """
     units = spec.compute_units
     tile = tuple((meta or {}).get("tile") or ()) or None
     dtype = _main_dtype(c)
+    sparse = (meta or {}).get("sparsity") == SPARSITY
     resident, align = 1, 1.0
     if tile is not None and len(tile) == 3:
         itemsize = ITEMSIZE.get(dtype or "float32", 4)
         resident = resident_instances(spec, tile, itemsize, 2 if dtype == "float64" else 1)
         if dtype is not None:
-            align = alignment_factor(tile, spec.matrix_shape)
+            align = alignment_factor(tile, sparse_matrix_shape(spec) if sparse else spec.matrix_shape)
     else:
         tile = None
     eff = wave_efficiency(c.instances, units)
@@ -159,7 +174,8 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
     scale = eff if c.instances >= units else busy
     compute = 0.0
     for dt, flops in c.matrix_flops.items():
-        compute += flops * align / (spec.peak(dt, matrix=True) * spec.matrix_efficiency_for(dt))
+        rate = (spec.sparse_peak(dt) if sparse else None) or spec.peak(dt, matrix=True)
+        compute += flops * align / (rate * spec.matrix_efficiency_for(dt))
     lanes = (meta or {}).get("lane_efficiency", 1.0)
     if isinstance(lanes, bool) or not isinstance(lanes, (int, float)) or not 0.0 < lanes <= 1.0:
         lanes = 1.0                     # not a translator's stamp: the kernel runs as written
@@ -253,7 +269,7 @@ def _next_pow2(x: int) -> int:
 
 def gemm_counters(m: int, n: int, k: int, batch: int = 1, dtype: str = "bfloat16",
                   tile: tuple[int, int, int] = (128, 256, 64), b_batched: bool = False,
-                  clamp: bool = True) -> Counters:
+                  clamp: bool = True, sparse: bool = False) -> Counters:
     """What the executor counts for a tiled GEMM kernel, without running it.
 
     Mirrors ``fornax.layers.codegen.gemm_kernel``: a grid of
@@ -262,7 +278,10 @@ def gemm_counters(m: int, n: int, k: int, batch: int = 1, dtype: str = "bfloat16
     ``bk x bn`` tile (edge tiles are padded work) and loads only the in-bounds
     elements.  ``clamp`` shrinks the tile to the next power of two of a small
     size, as a size-specialised kernel does.  Integer index arithmetic is not
-    counted.  Buffers are laid out back to back from address 0.
+    counted.  Buffers are laid out back to back from address 0.  ``sparse``: A is a
+    compressed 2:4 operand (:mod:`fornax.sim.sparsity`): half its values plus an int32
+    metadata word per 32 K columns of a row are loaded, and the matrix work is counted
+    dense-equivalent (the sparse instruction's rate prices it).
     """
     _check_positive(m=m, n=n, k=k, batch=batch)
     isz = itemsize(dtype)
@@ -274,9 +293,12 @@ def gemm_counters(m: int, n: int, k: int, batch: int = 1, dtype: str = "bfloat16
     steps = math.ceil(k / bk)
     c = Counters(instances=instances)
     c.matrix_flops[dtype] = 2.0 * bm * bn * bk * steps * instances
-    c.bytes_read = isz * batch * (gn * m * k + gm * k * n)
+    a_bytes = m * k * isz
+    if sparse:
+        a_bytes = m * (k // 2) * isz + m * -(-k // 32) * 4
+    c.bytes_read = batch * (gn * a_bytes + gm * k * n * isz)
     c.bytes_written = isz * batch * m * n
-    a_end = batch * m * k * isz
+    a_end = batch * a_bytes
     b_end = a_end + (batch if b_batched else 1) * k * n * isz
     c.read_ranges = {"a": (0, a_end), "b": (a_end, b_end)}
     c.write_ranges = {"c": (b_end, b_end + batch * m * n * isz)}

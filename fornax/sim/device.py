@@ -178,7 +178,8 @@ def estimate_counters(program: Program, grid: tuple[int, int, int], args: dict[s
     if est.get("kind") == "gemm":
         batch = grid[2] if est["batch"] == "grid" else int(est["batch"])
         c = gemm_counters(size(est["m"]), size(est["n"]), size(est["k"]), batch, est["dtype"],
-                          tuple(est["tile"]), bool(est.get("b_batched")), clamp=False)
+                          tuple(est["tile"]), bool(est.get("b_batched")), clamp=False,
+                          sparse=bool(est.get("sparse")))
         epi = est.get("epilogue")
         if epi:
             for dt, f in epi["vector_flops"].items():

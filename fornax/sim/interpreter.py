@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from . import isa
+from . import isa, sparsity
 from .arithmetic import cast, power
 from .counters import Counters
 from .faults import ExecutionError
@@ -345,6 +345,8 @@ class Interpreter:
             self.store(ins)
         elif isinstance(ins, isa.Dot):
             self.dot(ins, n)
+        elif isinstance(ins, isa.SparseDot):
+            self.sparse_dot(ins, n)
         elif isinstance(ins, isa.Barrier):
             pass                       # all instances run in lock step here
         else:  # pragma: no cover - verify() rejects anything else
@@ -725,9 +727,28 @@ class Interpreter:
 
     # -- the matrix unit ----------------------------------------------------------------------
     def dot(self, ins: isa.Dot, n: int) -> None:
-        a, b, acc = self.regs[ins.a], self.regs[ins.b], self.regs[ins.acc]
+        a, b = self.regs[ins.a], self.regs[ins.b]
         if a.ndim != 3 or b.ndim != 3 or a.shape[2] != b.shape[1]:
             self.fail(ins, f"needs [M,K] x [K,N] tiles, got {a.shape[1:]} x {b.shape[1:]}")
+        path = "tfloat32" if ins.a in self.tf32 and ins.b in self.tf32 else dtype_name(a)
+        self._accumulate(ins, a, b, path, n)
+
+    def sparse_dot(self, ins: isa.SparseDot, n: int) -> None:
+        """:class:`~fornax.sim.isa.SparseDot`: the product of the expanded 2:4 operand, computed
+        as :meth:`dot` computes a dense one; counts the dense-equivalent work."""
+        a, e, b = self.regs[ins.a], self.regs[ins.e], self.regs[ins.b]
+        if a.ndim != 3 or e.ndim != 3 or b.ndim != 3 or 2 * a.shape[2] != b.shape[1]:
+            self.fail(ins, f"needs [M,K/2] values x [K,N] tiles, got {a.shape[1:]} x {b.shape[1:]}")
+        k = b.shape[1]
+        if e.dtype != np.int32 or e.shape[1:] != (a.shape[1], sparsity.metadata_words(k)):
+            self.fail(ins, f"metadata must be int32 [{a.shape[1]},{sparsity.metadata_words(k)}] "
+                           f"for K={k}, got {dtype_name(e)} {e.shape[1:]}")
+        self._accumulate(ins, sparsity.expand(a, e, k), b, dtype_name(a), n)
+
+    def _accumulate(self, ins: isa.Dot | isa.SparseDot, a: Tile, b: Tile, path: str, n: int) -> None:
+        """``dst = acc + a @ b`` in the accumulator dtype; counts ``2 M N K`` per instance on
+        the matrix unit's ``path`` (a dtype, or tfloat32)."""
+        acc = self.regs[ins.acc]
         acc_dt = isa.np_dtype(ins.acc_dtype)
         prod = np.matmul(operand(a, acc_dt), operand(b, acc_dt))
         if acc.shape[1:] != prod.shape[1:]:
@@ -736,7 +757,6 @@ class Interpreter:
         self.regs[ins.dst] = y if y.dtype == acc_dt else y.astype(acc_dt)
         if self.counting:
             m, k, nn = a.shape[1], a.shape[2], b.shape[2]
-            path = "tfloat32" if ins.a in self.tf32 and ins.b in self.tf32 else dtype_name(a)
             self.c.add_flops(self.c.matrix_flops, path, 2.0 * m * nn * k * n)
 
 

@@ -210,6 +210,36 @@ class Dot:
 
 
 @dataclass(frozen=True)
+class SparseDot:
+    """``dst = acc + expand(a, e) @ b``: the 2:4 structured-sparse matrix multiply-accumulate.
+
+    ``a`` is a ``[M, K/2]`` tile of the kept values of a 2:4-sparse ``[M, K]`` operand (two
+    of every four along K, in K order); ``e`` is its metadata, an int32 ``[M, ceil(K/32)]``
+    tile: word ``w`` of a row holds the 2-bit positions (0..3 inside their group of four) of
+    kept values ``16 w .. 16 w + 15``, value ``j`` in bits ``2 (j % 16)`` and up.  ``b`` is a
+    dense ``[K, N]`` tile.  The result is exactly :class:`Dot` of the dense operand whose
+    group ``g`` holds kept values ``2g`` and ``2g + 1`` at their positions and zeros
+    elsewhere (a position named twice keeps the later value); the matrix unit counts the
+    dense-equivalent work ``2 M N K``, which a chip with a sparse matrix instruction runs at
+    its ``sparse_matrix_peak``.
+    """
+
+    dst: str
+    a: str
+    e: str
+    b: str
+    acc: str
+    acc_dtype: str = "float32"
+    op = "sparse_dot"
+
+
+#: kept values per metadata word of a :class:`SparseDot` (2 bits each in an int32)
+SPARSE_VALUES_PER_WORD = 16
+#: dense K columns one metadata word covers (two kept values per group of four)
+SPARSE_K_PER_WORD = 2 * SPARSE_VALUES_PER_WORD
+
+
+@dataclass(frozen=True)
 class Barrier:
     op = "barrier"
 
@@ -226,13 +256,13 @@ class Loop:
 
 #: one instruction of the ISA
 Instruction = (ProgramId | Arange | Const | ScalarArg | Unary | Binary | Where | Convert | Reshape | Broadcast
-               | Reduce | Load | Store | StoreReduce | Dot | Barrier | Loop)
+               | Reduce | Load | Store | StoreReduce | Dot | SparseDot | Barrier | Loop)
 #: an operand of an instruction in assembly text: a register or name, a number, a flag, a shape or none
 Operand = str | int | float | bool | tuple[int, ...] | None
 
 INSTRUCTIONS: dict[str, type[Instruction]] = {cls.op: cls for cls in (ProgramId, Arange, Const, ScalarArg, Unary, Binary, Where,
                                         Convert, Reshape, Broadcast, Reduce, Load, Store, StoreReduce, Dot,
-                                        Barrier, Loop)}
+                                        SparseDot, Barrier, Loop)}
 
 
 @dataclass(frozen=True)
@@ -264,7 +294,7 @@ OPERANDS: dict[type, tuple[str, ...]] = {
     Unary: ("src",), Binary: ("a", "b"), Where: ("cond", "a", "b"), Convert: ("src",),
     Reshape: ("src",), Broadcast: ("src",), Reduce: ("src",), Load: ("offsets", "mask"),
     Store: ("offsets", "value", "mask"), StoreReduce: ("offsets", "value", "mask"),
-    Dot: ("a", "b", "acc"),
+    Dot: ("a", "b", "acc"), SparseDot: ("a", "e", "b", "acc"),
 }
 
 
@@ -326,7 +356,7 @@ def _verify(program: Program) -> Program:
                 np_dtype(ins.dtype)
             if isinstance(ins, Const) and not isinstance(ins.value, (int, float, bool)):
                 raise InvalidProgram(f"{loc}: constant must be a number, got {ins.value!r}")
-            if isinstance(ins, Dot):
+            if isinstance(ins, (Dot, SparseDot)):
                 np_dtype(ins.acc_dtype)
             if isinstance(ins, ProgramId) and ins.axis not in (0, 1, 2):
                 raise InvalidProgram(f"{loc}: program_id axis must be 0, 1 or 2, got {ins.axis}")

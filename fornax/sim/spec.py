@@ -61,6 +61,11 @@ OPTIONAL_FIELDS: dict[str, tuple[type[Any], str]] = {
     "peer_link_efficiency": (float, "fraction of peer_link_bandwidth a transfer achieves on each "
                                     "link (link protocol and error-correction overhead); default 1"),
     "media": (dict, "fixed-function video decode engines by kind (fornax.sim.media); default none"),
+    "sparse_matrix_peak": (dict, "2:4 structured-sparse matrix-instruction peak FLOP/s per dtype, "
+                                 "counted as dense-equivalent work (the datasheet's 'with "
+                                 "sparsity' figure); each key must be a matrix_peak dtype and its "
+                                 "rate at least the dense one; default none: the chip has no "
+                                 "sparse matrix instruction"),
 }
 
 #: the [power] table: energy per unit of work, static power and a thermal RC model
@@ -118,6 +123,8 @@ class ChipSpec:
     source: str = ""
     #: the video decode engines (the ``[media]`` table); None: the chip has none modelled
     media: MediaSpec | None = None
+    #: dtype -> 2:4 sparse matrix-instruction peak (dense-equivalent FLOP/s); empty: none
+    sparse_matrix_peak: dict[str, float] = field(default_factory=dict)
 
     def peak(self, dtype: str, matrix: bool) -> float:
         """Peak FLOP/s for ``dtype`` on the matrix or vector unit (falls back to fp32 vector)."""
@@ -127,6 +134,11 @@ class ChipSpec:
         if matrix and dtype in self.vector_peak:
             return self.vector_peak[dtype]
         return self.vector_peak.get("float32", min(self.vector_peak.values()))
+
+    def sparse_peak(self, dtype: str) -> float | None:
+        """Peak dense-equivalent FLOP/s of the 2:4 sparse matrix instruction in ``dtype``, or
+        None when the chip has no sparse matrix instruction for it."""
+        return self.sparse_matrix_peak.get(dtype)
 
     def matrix_efficiency_for(self, dtype: str) -> float:
         """Fraction of the matrix peak a well-tuned kernel reaches in ``dtype``: its entry in
@@ -247,6 +259,17 @@ def _optional(data: dict[str, Any], where: str, matrix_peak: dict[str, float]) -
         _fraction(where, "peer_link_efficiency", out["peer_link_efficiency"])
     if "media" in out:
         out["media"] = parse_media(out["media"], where)
+    if "sparse_matrix_peak" in out:
+        sparse: dict[str, float] = {}
+        for dt, rate in out["sparse_matrix_peak"].items():
+            if dt not in matrix_peak:
+                raise SpecError(f"chip spec {where}: sparse_matrix_peak.{dt} names a dtype the matrix "
+                                f"unit has no dense peak for (matrix_peak: {', '.join(matrix_peak)})")
+            if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate < matrix_peak[dt]:
+                raise SpecError(f"chip spec {where}: sparse_matrix_peak.{dt} must be a number of FLOP/s "
+                                f"at least the dense matrix_peak.{dt} ({matrix_peak[dt]:g}), got {rate!r}")
+            sparse[dt] = float(rate)
+        out["sparse_matrix_peak"] = sparse
     return out
 
 

@@ -202,8 +202,23 @@ class _Checker:
     _store_reduce = _store
 
     def _dot(self, ins: isa.Dot, path: str, a: TileType, b: TileType, acc: TileType) -> TileType:
-        if len(a[0]) != 2 or len(b[0]) != 2 or a[0][1] != b[0][0]:
-            self.fail(path, ins, f"needs [M,K] x [K,N] tiles, got {ins.a} {_fmt(a)} x {ins.b} {_fmt(b)}")
+        return self._product(ins, path, a, b, acc, a[0][1] if len(a[0]) == 2 else -1, "K")
+
+    def _sparse_dot(self, ins: isa.SparseDot, path: str, a: TileType, e: TileType, b: TileType,
+                    acc: TileType) -> TileType:
+        out = self._product(ins, path, a, b, acc, 2 * a[0][1] if len(a[0]) == 2 else -1, "K/2")
+        words = -(-b[0][0] // isa.SPARSE_K_PER_WORD)
+        if e[1] != np.dtype(np.int32) or tuple(e[0]) != (a[0][0], words):
+            self.fail(path, ins, f"metadata {ins.e} {_fmt(e)} must be int32 [{a[0][0]}, {words}]")
+        return out
+
+    def _product(self, ins: isa.Dot | isa.SparseDot, path: str, a: TileType, b: TileType,
+                 acc: TileType, k: int, cols: str) -> TileType:
+        """The accumulator type of ``acc + a @ b`` where ``a`` (``[M, cols]``) stands for ``k``
+        columns (its own, or twice its own for a 2:4 operand's kept values)."""
+        if len(a[0]) != 2 or len(b[0]) != 2 or k != b[0][0]:
+            self.fail(path, ins, f"needs [M,{cols}] x [K,N] tiles, got {ins.a} {_fmt(a)} x "
+                                 f"{ins.b} {_fmt(b)}")
         out = (a[0][0], b[0][1])
         if acc[0] != out:
             self.fail(path, ins, f"accumulator {ins.acc} {_fmt(acc)} does not match the product "

@@ -9,8 +9,8 @@ from fornax.layers.graph import DType
 from fornax.sim import isa
 from fornax.sim.faults import InvalidProgram
 from fornax.sim.isa import (Arange, Barrier, Binary, Broadcast, Const, Convert, Dot, Load, Loop,
-                            Param, Program, ProgramId, Reduce, Reshape, ScalarArg, Store, StoreReduce, Unary,
-                            Where)
+                            Param, Program, ProgramId, Reduce, Reshape, ScalarArg, SparseDot, Store,
+                            StoreReduce, Unary, Where)
 
 
 def axpy_program() -> Program:
@@ -41,6 +41,7 @@ def every_instruction_program() -> Program:
     body = (
         ProgramId("%p", 1),
         Arange("%r", 8),
+        Arange("%r4", 4),
         Reshape("%col", "%r", (8, 1)),
         Reshape("%row", "%r", (1, 8)),
         Const("%eight", 8, "int64"),
@@ -57,6 +58,13 @@ def every_instruction_program() -> Program:
             Dot("%acc", "%ta", "%tb", "%acc", "float32"),
             Loop("%j", 2, 10, 4, (Barrier(),)),
         )),
+        Reshape("%half", "%r4", (1, 4)),
+        Binary("%soff", "add", "%t", "%half"),
+        Load("%sv", "a", "%soff"),
+        Const("%word", 0, "int32"),
+        Broadcast("%e", "%word", (8, 1)),
+        Load("%sb", "b", "%off"),
+        SparseDot("%acc", "%sv", "%e", "%sb", "%acc", "float32"),
         Reduce("%mx", "max", "%acc", -1),
         Binary("%gt", "gt", "%acc", "%mx"),
         Where("%w", "%gt", "%acc", "%neg_inf"),

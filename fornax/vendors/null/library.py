@@ -29,6 +29,24 @@ class NullLibrary:
     def report(self):
         raise not_implemented("library.report")
 
+    def sparse_prune(self, a, out, params, stream=None):
+        raise not_implemented("library.sparse_prune")
+
+    def sparse_prune_check(self, a, params, stream=None):
+        raise not_implemented("library.sparse_prune_check")
+
+    def sparse_compressed_size(self, params):
+        raise not_implemented("library.sparse_compressed_size")
+
+    def sparse_compress(self, a, out, params, stream=None):
+        raise not_implemented("library.sparse_compress")
+
+    def sparse_matmul(self, a, b, c, params, stream=None):
+        raise not_implemented("library.sparse_matmul")
+
+    def sparse_predict(self, params):
+        raise not_implemented("library.sparse_predict")
+
     def custom_kernel(self, program, grid, args, stream=None):
         raise not_implemented("library.custom_kernel")
 

@@ -1,0 +1,144 @@
+"""2:4 structured-sparse GEMM: the format, the libraries' calls against float64 masked dense
+references, the cost model's speed-up and where it vanishes, and the families' error codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from benchmarks.sparse_sweep import sweep
+from fornax.contracts.base import Subject
+from fornax.layers.errors import InvalidArgumentError, NotSupportedError
+from fornax.sim import sparsity
+from fornax.sim.faults import SpecError
+from fornax.sim.spec import load_spec
+from fornax.stack import compose, get_vendor, make_config
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _library(vendor: str):
+    s = Subject(get_vendor(vendor))
+    rt = s.runtime()
+    return rt, s.vendor.library(rt)
+
+
+def _upload(rt, arr: np.ndarray) -> int:
+    p = rt.malloc(arr.nbytes)
+    rt.memcpy_h2d(p, np.ascontiguousarray(arr))
+    return p
+
+
+def test_compress_expand_roundtrip_keeps_every_2to4_matrix():
+    rng = np.random.default_rng(1)
+    dense = rng.standard_normal((8, 96)).astype(np.float32)
+    dense = np.where(sparsity.prune_mask(dense), dense, 0)
+    dense[0, :4] = 0                     # a group with no nonzeros
+    dense[1, 4:8] = [0, 0, 3, 0]         # ... and one with a single nonzero
+    assert sparsity.violations(dense) == 0
+    values, words = sparsity.compress(dense)
+    assert values.shape == (8, 48) and words.shape == (8, 3) and words.dtype == np.int32
+    np.testing.assert_array_equal(sparsity.expand(values, words, 96), dense)
+    assert sparsity.compressed_bytes(8, 96, 2) == (8 * 48 * 2, 8 * 3 * 4)
+    # the prune keeps the two largest magnitudes of each four
+    x = np.array([[1.0, -4.0, 3.0, 2.0]])
+    np.testing.assert_array_equal(sparsity.prune_mask(x), [[False, True, True, False]])
+    assert sparsity.violations(x) == 1
+
+
+@pytest.mark.parametrize("vendor", ["cuda-like", "rocm-like"])
+def test_sparse_matmul_matches_the_float64_masked_dense_product(vendor):
+    rt, lib = _library(vendor)
+    rng = np.random.default_rng(7)
+    m, n, k = 48, 32, 96
+    w = rng.standard_normal((m, k)).astype(BF16)
+    bias = rng.standard_normal(m).astype(np.float32)          # the output dtype's
+    pw, pbias = _upload(rt, w), _upload(rt, bias)
+    p = {"m": m, "k": k, "dtype": "bfloat16"}
+    assert not lib.sparse_prune_check(pw, p)
+    lib.sparse_prune(pw, pw, p)
+    assert lib.sparse_prune_check(pw, p)
+    pruned = np.empty((m, k), BF16)
+    rt.memcpy_d2h(pruned, pw)
+    masked = np.where(sparsity.prune_mask(w), w.astype(np.float64), 0.0)
+    np.testing.assert_array_equal(pruned.astype(np.float64), masked)
+    size, _ = lib.sparse_compressed_size(p)
+    pc = rt.malloc(size)
+    lib.sparse_compress(pw, pc, p)
+    # B as x [n, k] (trans_b) and C written column-major (F.linear's [n, m]), with a bias
+    x = rng.standard_normal((n, k)).astype(BF16)
+    px, py = _upload(rt, x), rt.malloc(n * m * 4)
+    rec = lib.sparse_matmul(pc, px, py, {"m": m, "n": n, "k": k, "dtype": "bfloat16", "trans_b": True,
+                                         "c_col": True, "bias": pbias, "out_dtype": "float32"})
+    y = np.empty((n, m), np.float32)
+    rt.memcpy_d2h(y, py)
+    ref = x.astype(np.float64) @ masked.T + bias.astype(np.float64)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-4)      # float32 accumulation of exact products
+    assert rec.algorithm.startswith(lib.sparse_facts["calls"]["matmul"])
+    # B as [k, n] and C row-major [m, n], alpha, bfloat16 out
+    b = rng.standard_normal((k, n)).astype(BF16)
+    pb, pz = _upload(rt, b), rt.malloc(m * n * 2)
+    lib.sparse_matmul(pc, pb, pz, {"m": m, "n": n, "k": k, "dtype": "bfloat16", "alpha": 0.5})
+    z = np.empty((m, n), BF16)
+    rt.memcpy_d2h(z, pz)
+    ref = 0.5 * masked @ b.astype(np.float64)
+    np.testing.assert_allclose(z.astype(np.float64), ref, rtol=2 ** -8, atol=1e-2)
+
+
+def test_speedup_on_a_large_square_and_none_on_small_or_skinny_shapes():
+    rows = {r["shape"]: r for r in sweep("cuda-like", [("8192^3", 8192, 8192, 8192),
+                                                       ("small", 64, 64, 64),
+                                                       ("skinny k=64", 8192, 8192, 64)])}
+    assert rows["8192^3"]["speedup"] > 1.15                     # half the matrix work, same B traffic
+    for shape in ("small", "skinny k=64"):                      # launch latency / memory bound
+        assert 0.95 < rows[shape]["speedup"] < 1.05
+    mi = {r["shape"]: r for r in sweep("rocm-like", [("4096^3", 4096, 4096, 4096)])}
+    assert mi["4096^3"]["speedup"] > 1.5
+    xpu = sweep("xpu-like", [("4096^3", 4096, 4096, 4096)])[0]
+    assert "dnnl_unimplemented" in xpu["refused"] and "sparse_s" not in xpu
+
+
+def test_each_family_refuses_bad_calls_with_its_own_codes():
+    rt, lib = _library("cuda-like")
+    p = rt.malloc(1 << 16)
+    with pytest.raises(InvalidArgumentError) as e:                # K off the 16-element alignment
+        lib.sparse_matmul(p, p, p, {"m": 32, "n": 32, "k": 40, "dtype": "bfloat16"})
+    assert (e.value.code.name, e.value.code.value) == ("CUSPARSE_STATUS_INVALID_VALUE", 3)
+    assert "k=40 is not a multiple of 16" in str(e.value) and "cusparseLtMatmul" in str(e.value)
+    with pytest.raises(NotSupportedError) as e:                   # a dtype the sparse path lacks
+        lib.sparse_compressed_size({"m": 32, "k": 32, "dtype": "float32"})
+    assert (e.value.code.name, e.value.code.value) == ("CUSPARSE_STATUS_NOT_SUPPORTED", 10)
+    dense = _upload(rt, np.ones((32, 32), BF16))
+    with pytest.raises(InvalidArgumentError) as e:                # compress of a matrix not 2:4
+        lib.sparse_compress(dense, p, {"m": 32, "k": 32, "dtype": "bfloat16"})
+    assert "256 group(s)" in str(e.value) and "cusparseLtSpMMAPrune" in e.value.hint
+    rt2, rocm = _library("rocm-like")
+    with pytest.raises(InvalidArgumentError) as e:
+        rocm.sparse_prune_check(0, {"m": 0, "k": 32, "dtype": "bfloat16"})
+    assert e.value.code.name == "HIPSPARSE_STATUS_INVALID_VALUE" and "hipsparseLtSpMMAPruneCheck" in str(e.value)
+    rt3, xpu = _library("xpu-like")
+    with pytest.raises(NotSupportedError) as e:
+        xpu.sparse_matmul(0, 0, 0, {"m": 32, "n": 32, "k": 32, "dtype": "bfloat16"})
+    assert (e.value.code.api, e.value.code.name, e.value.code.value) == ("dnnl_status_t", "dnnl_unimplemented", 3)
+    assert "no 2:4 structured-sparse instruction" in str(e.value) and "dense GEMM" in e.value.hint
+    # a chip without a sparse matrix instruction
+    stack = compose(make_config("cuda-like", spec="max1550-like", meta=True))
+    with pytest.raises(NotSupportedError) as e:
+        stack.library.sparse_matmul(0, 0, 0, {"m": 32, "n": 32, "k": 32, "dtype": "bfloat16"})
+    assert e.value.code.name == "CUSPARSE_STATUS_ARCH_MISMATCH" and "max1550-like" in str(e.value)
+
+
+def test_the_sparse_peak_is_validated_spec_data(tmp_path: Path):
+    assert load_spec("h200-like").sparse_peak("bfloat16") == 1979e12
+    assert load_spec("mi300x-like").sparse_peak("bfloat16") == 2614.9e12
+    assert load_spec("max1550-like").sparse_peak("bfloat16") is None
+    text = (Path(__file__).parents[2] / "fornax/sim/specs/tiny.toml").read_text()
+    for bad, words in (("bfloat16 = 8.0e12", "at least the dense"), ("int8 = 32.0e12", "no dense peak")):
+        path = tmp_path / "bad.toml"
+        path.write_text(text.replace("[sparse_matrix_peak]", f"[sparse_matrix_peak]\n{bad}", 1)
+                        .replace("bfloat16 = 32.0e12\n", "", 1 if bad.startswith("bfloat16") else 0))
+        with pytest.raises(SpecError, match=words):
+            load_spec(path)
