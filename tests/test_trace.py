@@ -23,6 +23,8 @@ REQUIRED = {
     "X": {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"},
     "i": {"name", "ph", "ts", "pid", "tid", "s", "args"},
     "C": {"name", "ph", "ts", "pid", "args"},
+    "s": {"name", "cat", "ph", "id", "ts", "pid", "tid"},      # flows: API call -> device work
+    "f": {"name", "cat", "ph", "id", "ts", "pid", "tid"},
 }
 EPS = 1e-6          # µs: rounding slack when comparing end and start times
 

@@ -19,11 +19,12 @@ from rich.table import Table
 from .. import report as report_mod
 from ..compare import execute, prepare
 from ..layers.errors import ConfigError
+from ..layers.profiler import Recorder
 from ..scenarios.workloads import DEFAULT_WORKLOAD, WORKLOADS
 from ..sim.faults import FaultPlan, FaultPlanError
 from ..sim.spec import available_specs, load_spec
 from ..sim.trace import chrome_trace
-from ..stack import load_config, make_config, parse_seam_overrides, runnable_vendors
+from ..stack import load_config, make_config, parse_seam_overrides
 from .baseline import baseline
 from .compare import compare_cmd
 from .compile import compile_cmd
@@ -33,6 +34,8 @@ from .devices import devices
 from .drill import drill
 from .errors import FornaxGroup, _fail, debug_option, handle_errors
 from .matrix import matrix
+from .options import stack_options
+from .profile import profile_cmd
 from .lab import lab
 from .media import media_cmd
 from .qualify import qualify
@@ -47,11 +50,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--vendor", metavar="V", help=f"Set all five seams to vendor V ({', '.join(runnable_vendors())}).")
-@click.option("--seam", "seams", multiple=True, metavar="SEAM=V",
-              help="Override one seam (repeatable), e.g. --seam compiler=cuda-like.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Stack config TOML ([stack] vendor/spec/devices/seed, [stack.seams]).")
+@stack_options
 @click.option("--workload", default=None, metavar="NAME",
               help=f"Workload to run (default {DEFAULT_WORKLOAD}; see `fornax workloads`).")
 @click.option("--framework", default="graph", metavar="NAME",
@@ -121,13 +120,18 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
             plan = FaultPlan.parse(inject, seed=cfg.seed)
         except FaultPlanError as exc:
             raise ConfigError(f"--inject: {exc}") from None
+    # a trace gets the API call track: the profiler's recorder runs alongside
+    recorder = Recorder(prep.stack.runtime, api=True).start() if trace_path else None
     out = _with_progress(f"running {prep.workload.name} on {prep.stack.describe()}",
                          lambda: execute(prep, faults=plan, debug=debug), enabled=not as_json)
+    if recorder is not None:
+        recorder.stop()
     rep = out.report
     if trace_path:
         try:
             with open(trace_path, "w", encoding="utf-8") as fh:
-                json.dump(chrome_trace(out.stack.devices), fh)
+                json.dump(chrome_trace(out.stack.devices,
+                                       api=recorder.track() if recorder is not None else None), fh)
         except OSError as exc:
             raise ConfigError(f"--trace: cannot write {trace_path}: {exc.strerror or exc}") from None
     if as_json:
@@ -263,5 +267,5 @@ def workloads(as_json, debug):
 
 
 for _command in (conform, cost, compile_cmd, compare_cmd, devices, drill, qualify, serve_cmd, trace_cmd,
-                 media_cmd, baseline, matrix, lab):
+                 media_cmd, baseline, matrix, lab, profile_cmd):
     main.add_command(_command)

@@ -17,7 +17,14 @@
   packet's end) and data races (process-wide, when both packets had started);
 - ``C`` (counter) events for device memory in use, and for power,
   temperature and clock when the device's power model keeps samples
-  (``device.power.samples``: ``(time_s, {name: value})`` pairs).
+  (``device.power.samples``: ``(time_s, {name: value})`` pairs);
+- with an :class:`ApiTrack` (what a profiler recorded): one *API track* per host
+  thread and API layer (``tid`` 2000 + 10 x thread + layer, named ``host thread T ·
+  API``) with an ``X`` event per API call (category ``api``, args ``correlation``), in the
+  process of the device its work ran on, and *flow* events (``ph`` ``s`` / ``f``, category
+  ``api``) from each call to the kernels and copies it submitted (on their queue's track),
+  joined by correlation id.  An API call takes simulated host time only while it waits
+  (a synchronisation); the others are zero-length slices at the host's simulated time.
 
 Timestamps and durations are microseconds of *simulated* device time.
 """
@@ -25,11 +32,46 @@ Timestamps and durations are microseconds of *simulated* device time.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, SupportsFloat, SupportsIndex
 
 from .device import Device
 
 QUEUE_TID_BASE = 1000
+#: API tracks: 2000 + 10 x host thread + API layer (0, 1, ...)
+API_TID_BASE = 2000
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One host-side API call for the trace's API track (simulated seconds)."""
+
+    device: int            # the device whose process shows it
+    thread: int            # the host thread (1, 2, ...)
+    layer: int             # 0 for the upper API (runtime), 1 for the lower (driver)
+    layer_name: str        # e.g. "CUDA runtime", "Level Zero"
+    name: str
+    start_s: float
+    end_s: float
+    correlation: int
+
+
+@dataclass(frozen=True)
+class DeviceWork:
+    """A kernel or copy an API call submitted: where it ran and its correlation id."""
+
+    device: int
+    queue: int
+    start_s: float
+    correlation: int
+
+
+@dataclass
+class ApiTrack:
+    """What the trace's API track shows: the calls and the device work they submitted."""
+
+    calls: list[ApiCall] = field(default_factory=list)
+    work: list[DeviceWork] = field(default_factory=list)
 
 
 def _us(seconds: float) -> float:
@@ -122,10 +164,52 @@ def device_events(device: Device) -> list[dict[str, Any]]:
     return events
 
 
-def chrome_trace(devices: Iterable[Device]) -> dict[str, Any]:
-    """A Chrome / Perfetto trace-event document for ``devices`` (simulated time)."""
+def api_events(track: ApiTrack, devices: set[int]) -> list[dict[str, Any]]:
+    """The API track's events (for the devices in ``devices``) and the flows from each call
+    to the device work that carries its correlation id."""
     events: list[dict[str, Any]] = []
+    named: set[tuple[int, int]] = set()
+    source: dict[int, tuple[ApiCall, int]] = {}
+    for call in sorted(track.calls, key=lambda c: (c.start_s, c.layer)):
+        if call.device not in devices:
+            continue
+        pid, tid = call.device + 1, API_TID_BASE + 10 * call.thread + call.layer
+        if (pid, tid) not in named:
+            named.add((pid, tid))
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                           "args": {"name": f"host thread {call.thread} · {call.layer_name} API"}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                           "args": {"sort_index": tid}})
+        events.append({"ph": "X", "name": call.name, "cat": "api", "pid": pid, "tid": tid,
+                       "ts": _us(call.start_s), "dur": _us(call.end_s - call.start_s),
+                       "args": {"correlation": call.correlation, "api": call.layer_name}})
+        held = source.get(call.correlation)
+        if held is None or call.layer < held[0].layer:    # arrows leave the upper API's call
+            source[call.correlation] = (call, tid)
+    flow = 0
+    for work in sorted(track.work, key=lambda w: w.start_s):
+        held = source.get(work.correlation)
+        if held is None or work.device not in devices:
+            continue
+        call, tid = held
+        flow += 1
+        events.append({"ph": "s", "id": flow, "name": "launch", "cat": "api", "bp": "e",
+                       "pid": call.device + 1, "tid": tid, "ts": _us(call.start_s),
+                       "args": {"correlation": work.correlation}})
+        events.append({"ph": "f", "id": flow, "name": "launch", "cat": "api", "bp": "e",
+                       "pid": work.device + 1, "tid": QUEUE_TID_BASE + work.queue,
+                       "ts": _us(work.start_s), "args": {"correlation": work.correlation}})
+    return events
+
+
+def chrome_trace(devices: Iterable[Device], api: ApiTrack | None = None) -> dict[str, Any]:
+    """A Chrome / Perfetto trace-event document for ``devices`` (simulated time); ``api``
+    adds the API call track and its flows to the device work."""
+    events: list[dict[str, Any]] = []
+    devices = list(devices)
     for device in devices:
         events.extend(device_events(device))
+    if api is not None:
+        events.extend(api_events(api, {d.index for d in devices}))
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"clock": "simulated device time (µs)"}}

@@ -16,6 +16,9 @@ traces can be laid side by side.  :func:`merge` does that:
   long each of the others waited;
 - ``otherData``: the ranks, the world size, the family and :func:`summary`.
 
+A rank's trace may carry an API call track (:func:`fornax.sim.trace.api_events`): its
+events keep their tracks, and its flows get ids of their own in the merged trace.
+
 A collective is an ``X`` event of category ``collective`` whose args carry ``collective``
 (the family's call name), ``group``, ``seq``, ``bytes``, ``algorithm``, ``arrived_s``,
 ``latest_s`` and ``waited_s`` (simulated seconds).  Every packet appears twice in a rank's
@@ -43,6 +46,8 @@ CLOCK = "simulated device time (µs)"
 COLLECTIVE_ARGS = ("collective", "group", "seq", "arrived_s", "latest_s", "waited_s")
 #: arrivals closer than this (simulated seconds) are simultaneous: no rank was last
 SIMULTANEOUS_S = 1e-12
+#: flow ids of a rank's API track (``cat`` ``api``) are offset by this times (rank + 1)
+API_FLOW_BASE = 1_000_000_000
 
 Interval = tuple[float, float]
 
@@ -424,6 +429,10 @@ def merge(traces: Sequence[Any], sources: Sequence[str] | None = None) -> dict[s
         for ev in r.events:
             if ev.get("ph") == "M" and ev.get("name") in ("process_name", "process_sort_index"):
                 continue
+            if ev.get("cat") == "api" and ev.get("ph") in ("s", "t", "f") and isinstance(ev.get("id"), int):
+                # a rank's API-track flows keep their own ids, apart from every other rank's
+                # and from the collective flows (numbered from 1 here)
+                ev = {**ev, "id": API_FLOW_BASE * (r.rank + 1) + ev["id"]}
             events.append({**ev, "pid": pid})
     events.extend(_links(matched))
     backends = sorted({r.backend for r in ranks if r.backend})

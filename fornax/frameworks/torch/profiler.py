@@ -10,10 +10,13 @@ times and zero device time.
 
 fornax fills the gap on the Python side.  While the profiler is on, every ATen op that
 reaches the device is recorded with its host interval and the driver launch numbers of
-the kernels it launched itself (kernels of nested ATen ops belong to those ops).  When
-PyTorch parses the trace, each such kernel is attached to the op's ``FunctionEvent`` with
-its simulated duration (``FunctionEvent.append_kernel``, the hook PyTorch uses for CUDA
-kernels), so ``prof.key_averages()`` and ``prof.events()`` carry device time per op:
+the kernels it launched itself (kernels of nested ATen ops belong to those ops), and a
+recorder subscribed to the stack's profiling collector (:mod:`fornax.layers.profiler`,
+the one CUPTI-like / rocprofiler-like / Level Zero tracer-like interfaces feed on) takes
+each kernel's activity record as it runs.  When PyTorch parses the trace, each such kernel
+is attached to the op's ``FunctionEvent`` with its simulated duration
+(``FunctionEvent.append_kernel``, the hook PyTorch uses for CUDA kernels), so
+``prof.key_averages()`` and ``prof.events()`` carry device time per op:
 
     with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as p:
         model(x)
@@ -33,9 +36,13 @@ from typing import Protocol
 
 import torch.autograd.profiler as _autograd_profiler
 
+from ...layers.profiler import Recorder
+
 _FLAG = "_fornax_profiler_patched"
 _LOCK = threading.Lock()
 _RECORDS: list["_Frame"] = []
+#: id(driver) -> the recorder of its collector while a profile is on (stopped at the parse)
+_RECORDERS: dict[int, Recorder] = {}
 _STACK = threading.local()
 #: records kept at most while no profile is parsed (a profiler left running does not grow
 #: without bound: the oldest records are dropped)
@@ -43,12 +50,16 @@ MAX_RECORDS = 200_000
 
 
 class _Kernel(Protocol):
-    """What the profiler reads of a driver's kernel record."""
+    """What the profiler reads of a kernel's activity record."""
 
-    name: str
-    duration_s: float
-    flops: float
-    launch: int
+    @property
+    def name(self) -> str: ...
+    @property
+    def duration_s(self) -> float: ...
+    @property
+    def flops(self) -> float: ...
+    @property
+    def launch(self) -> int: ...
 
 
 class _Frame:
@@ -75,6 +86,10 @@ def run(session, op, fn, args, kwargs):
     if stack is None:
         stack = _STACK.frames = []
     driver = session.stack.driver
+    if id(driver) not in _RECORDERS:
+        with _LOCK:
+            if id(driver) not in _RECORDERS:           # kernels only: the ops give the host side
+                _RECORDERS[id(driver)] = Recorder(session.runtime, limit=MAX_RECORDS, api=False).start()
     frame = _Frame(op._schema.name, driver, 0)         # the process's one device, fornax:0
     parent = stack[-1] if stack else None
     if parent is not None and parent.driver is driver:
@@ -98,8 +113,20 @@ def run(session, op, fn, args, kwargs):
 
 
 def _kernels(frames: list[_Frame]) -> dict[tuple[int, int], _Kernel]:
-    """(driver id, launch number) -> KernelRecord for every launch the frames name, waiting
-    for queued work once if some have not run yet."""
+    """(driver id, launch number) -> the kernel's activity record (from the collector's
+    recorder) for every launch the frames name, waiting for queued work once if some have
+    not run yet.  The recorders stop."""
+    try:
+        return _found(frames)
+    finally:
+        with _LOCK:
+            recorders = list(_RECORDERS.values())
+            _RECORDERS.clear()
+        for rec in recorders:
+            rec.stop()
+
+
+def _found(frames: list[_Frame]) -> dict[tuple[int, int], _Kernel]:
     wanted: dict[int, set[int]] = {}
     drivers = {}
     for f in frames:
@@ -110,10 +137,8 @@ def _kernels(frames: list[_Frame]) -> dict[tuple[int, int], _Kernel]:
     for key, driver in drivers.items():
         need = wanted[key]
         for attempt in range(2):
-            lowest = min(need)
-            for rec in reversed(driver.kernel_log):
-                if rec.launch < lowest:
-                    break
+            recorder = _RECORDERS.get(key)
+            for rec in recorder.kernels if recorder is not None else ():
                 if rec.launch in need:
                     found[(key, rec.launch)] = rec
             if attempt == 0 and any((key, n) not in found for n in need):
@@ -142,6 +167,11 @@ def attach(events: list, trace_start_ns: int, use_device: str | None) -> int:
         frames = list(_RECORDS)
         _RECORDS.clear()
     if use_device != "fornax" or not frames:
+        with _LOCK:
+            recorders = list(_RECORDERS.values())
+            _RECORDERS.clear()
+        for recorder in recorders:
+            recorder.stop()
         return 0
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import FunctionEvent

@@ -61,6 +61,9 @@ class DriverCore:
                        "launches": 0, "copies": 0, "h2d_bytes": 0, "d2h_bytes": 0, "d2d_bytes": 0,
                        "allocations": 0, "peer_bytes": 0}
         self.kernel_log = KernelLog()
+        #: the profiling collector while a client subscribes to it (fornax.layers.profiler);
+        #: None otherwise, and then launches and copies do no profiling work
+        self.collector: Any = None
         self.counts["resets"] = 0
         self.peer_rule: str | None = d.get("peer", {}).get("rule")    # "explicit" or "query"
         self._peer_enabled: set[tuple[int, int]] = set()   # (context handle, peer context handle)

@@ -74,13 +74,16 @@ class QueueBase:
         (work already submitted has read everything it needs)."""
 
     def _push(self, engine: str, work: Work, label: str, kind: str,
-              also_signal: Iterable[tuple[Semaphore, int]] = ()) -> None:
+              also_signal: Iterable[tuple[Semaphore, int]] = (),
+              copy: tuple[str, int] | None = None) -> None:
         # ``submitted`` counts a packet only once it is on the hardware queue: the garbage
         # collector can run a finaliser while the packet is built or submitted, and a free
         # that synchronises waits for ``submitted`` (which must not name this packet yet)
         if self.destroyed:
             raise self.driver.fail("invalid_handle", f"{self.flavour} {self.hwq.id} was destroyed",
                                    call="destroy_queue", hint="create a new queue")
+        if copy is not None and self.driver.collector is not None:   # a profiler subscribes
+            work = self.driver.collector.copy_work(self, work, copy[0], copy[1])
         value = self.submitted + 1
         waits, self._pending_waits = self._pending_waits, []
         packet = Packet(engine, work, label, kind, waits=waits, signals=[(self.sem, value), *also_signal])
@@ -145,8 +148,9 @@ class QueueBase:
         """The functional effect and cost of one kernel, run when its packet executes."""
         # what the launch path took is fixed at dispatch: the share of the launch latency
         # saved, and this launch's number (it runs later, in queue order)
+        col = self.driver.collector
         return _KernelWork(self, program, entry, grid, args, 1.0 - self.launch_scale,
-                           self.driver.counts["launches"])
+                           self.driver.counts["launches"], 0 if col is None else col.correlation())
 
     def prefetch(self, address: int, nbytes: int) -> None:
         """Migrate managed memory to the device ahead of use, in queue order, on a copy
@@ -223,7 +227,7 @@ class QueueBase:
                                      bytes=size, direction="h2d")
             return duration
 
-        self._push("copy", work, f"h2d {size}B", "copy")
+        self._push("copy", work, f"h2d {size}B", "copy", copy=("h2d", size))
 
     def copy_d2h(self, dst: HostArray, src: int, host_rate: float = 1.0) -> None:
         d = self.driver
@@ -250,7 +254,7 @@ class QueueBase:
                                      bytes=nbytes, direction="d2h")
             return duration
 
-        self._push("copy", work, f"d2h {nbytes}B", "copy")
+        self._push("copy", work, f"d2h {nbytes}B", "copy", copy=("d2h", nbytes))
 
     def copy_d2d(self, dst: int, src: int, nbytes: int) -> None:
         d = self.driver
@@ -270,7 +274,7 @@ class QueueBase:
                                      bytes=nbytes, direction="d2d")
             return duration
 
-        self._push("copy", work, f"d2d {nbytes}B", "copy")
+        self._push("copy", work, f"d2d {nbytes}B", "copy", copy=("d2d", nbytes))
 
     def copy_peer(self, dst_ctx: Context, dst: int, src: int, nbytes: int,
                   link: int | None = None) -> None:
@@ -319,7 +323,7 @@ class QueueBase:
                                      bytes=nbytes, direction=f"peer {a}->{b}")
             return duration
 
-        self._push(engine, work, f"peer {a}->{b} {nbytes}B", "copy")
+        self._push(engine, work, f"peer {a}->{b} {nbytes}B", "copy", copy=("peer", nbytes))
 
     def enqueue(self, work: Work, label: str, kind: str = "collective", engine: str = "compute") -> None:
         """An operation whose effect ``work`` runs when the device reaches it and returns its
@@ -354,12 +358,12 @@ class _KernelWork:
     """One kernel's functional effect and cost (:meth:`QueueBase._kernel_work`), called when its
     packet runs: one object per launch (a closure over the same values made one per value)."""
 
-    __slots__ = ("queue", "program", "entry", "grid", "args", "saved", "seq")
+    __slots__ = ("queue", "program", "entry", "grid", "args", "saved", "seq", "correlation")
 
     def __init__(self, queue: QueueBase, program: Program, entry: str, grid: tuple[int, int, int],
-                 args: KernelArgs, saved: float, seq: int):
+                 args: KernelArgs, saved: float, seq: int, correlation: int = 0):
         self.queue, self.program, self.entry, self.grid, self.args = queue, program, entry, grid, args
-        self.saved, self.seq = saved, seq
+        self.saved, self.seq, self.correlation = saved, seq, correlation
 
     def __call__(self) -> float:
         q = self.queue
@@ -380,4 +384,7 @@ class _KernelWork:
             writes=[(lo, hi, name) for name, (lo, hi) in counters.write_ranges.items()],
             grid=grid, flops=flops, bytes=counters.bytes_read + counters.bytes_written,
             bound=cost.bound)
+        if d.collector is not None:       # a profiler subscribes: the kernel's activity record
+            d.collector.kernel(q, self.entry, grid, self.seq, self.correlation, counters, cost,
+                               duration + extra)
         return duration + extra

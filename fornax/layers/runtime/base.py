@@ -6,12 +6,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..profiler import ProfilerBase
 from .copies import RuntimeCopies
 from .modules import ModuleCache
 
 
 class RuntimeBase(RuntimeCopies, ModuleCache):
-    """Shared runtime policy; a vendor subclass sets ``vendor`` and ``facts``."""
+    """Shared runtime policy; a vendor subclass sets ``vendor``, ``facts`` and
+    ``profiler_class``."""
+
+    #: the family's profiling interface (a fornax.layers.profiler.ProfilerBase subclass)
+    profiler_class: type[ProfilerBase] | None = None
+
+    def profiler(self) -> ProfilerBase:
+        """The family's profiling interface over this runtime (made on first use, then the
+        same one): CUPTI-like, rocprofiler-sdk-like or Level Zero tracer-like, over the one
+        collector of the driver (docs/profiling.md)."""
+        made: ProfilerBase | None = getattr(self, "_profiler_interface", None)
+        if made is None:
+            if self.profiler_class is None:
+                raise self._error(f"{self.facts['runtime']['api']} ships no profiling interface",
+                                  "profiler", condition="not_supported",
+                                  hint="set profiler_class on the family's runtime (docs/profiling.md)")
+            made = self._profiler_interface = self.profiler_class(self)
+        return made
 
     def handles(self) -> dict[str, int]:
         """Live handles: streams made by create_stream, events of create_event, loaded modules,

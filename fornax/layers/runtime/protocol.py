@@ -138,6 +138,11 @@ class Runtime(Protocol):
         """Submit every node of ``graph`` as one launch; its event."""
     def destroy_graph(self, graph: Graph) -> None:
         """Release an instantiated graph; it can no longer be launched."""
+    # profiling
+    def profiler(self) -> Any:
+        """The family's profiling interface over this runtime and its driver (one per
+        runtime; a :class:`~fornax.layers.profiler.ProfilerBase`): CUPTI-like,
+        rocprofiler-sdk-like or Level Zero tracer-like, over the one shared collector."""
     # accounting
     def handles(self) -> dict[str, int]:
         """Live handles of the runtime and its driver (what churn checks)."""

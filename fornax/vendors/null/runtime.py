@@ -123,6 +123,9 @@ class NullRuntime:
     def device_reset(self, index=None):
         raise not_implemented("runtime.device_reset")
 
+    def profiler(self):
+        raise not_implemented("runtime.profiler")
+
     def allocate(self, nbytes, stream=None):
         raise not_implemented("runtime.allocate")
 

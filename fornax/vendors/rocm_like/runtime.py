@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ...layers.runtime import RuntimeBase
 from .facts import FACTS
+from .profiler import RocprofilerLikeProfiler
 
 
 class RocmLikeRuntime(RuntimeBase):
     vendor = FACTS["name"]
     facts = FACTS
+    profiler_class = RocprofilerLikeProfiler
