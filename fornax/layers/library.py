@@ -211,6 +211,10 @@ class Library(Protocol):
     # family without it (``[library.sparse] supported = false``) raises its own "unsupported"
     # code with the reason and a hint from every call; bad sizes, alignment, dtypes and a
     # device without the sparse matrix instruction raise the family's codes too
+    def sparse_info(self) -> dict[str, Any]:
+        """The family's 2:4 facts: ``name``, ``supported``, and where supported ``dtypes``,
+        ``alignment`` (every size a multiple of it) and ``calls`` (routine -> API name)."""
+
     def sparse_prune(self, a: int, out: int, params: dict[str, Any],
                      stream: Stream | None = None) -> CallRecord:
         """Write to ``out`` (may be ``a``) the 2:4 magnitude prune of the matrix at ``a``."""

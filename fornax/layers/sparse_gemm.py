@@ -27,9 +27,10 @@ values ``[m, k/2]`` from its start and the int32 metadata ``[m, ceil(k/32)]`` fr
 ``bias``               device address of ``m`` elements of the output dtype, one per row of A
 =====================  ====================================================================
 
-Prune, prune-check and compress read and write the matrix through the runtime's copies
-and work on the host (:mod:`fornax.sim.sparsity`); the matmul is a device kernel
-(:mod:`fornax.layers.sparse_kernel`) that executes the compressed operand.  A family
+Every call but the size query is a device kernel, ordered on ``stream``: prune and compress
+(:mod:`fornax.layers.sparse_compress`) and the matmul (:mod:`fornax.layers.sparse_kernel`),
+which executes the compressed operand.  The prune check reads its count back (it answers
+on the host), and compress runs the check first and refuses a matrix that is not 2:4.  A family
 whose library has no 2:4 GEMM (``supported = false``) refuses every call with its own
 code, the reason and what to do instead.
 """
@@ -44,7 +45,7 @@ import numpy as np
 from ..sim import isa, sparsity
 from ..sim.cost import kernel_cost
 from ..sim.device import estimate_counters
-from . import sparse_kernel
+from . import sparse_compress, sparse_kernel
 from .binary import KernelBinary, ShippedImage
 from .call_record import CallRecord
 from .driver import Module
@@ -54,6 +55,8 @@ from .runtime import Runtime, Stream
 
 #: the metadata starts at this alignment inside the compressed buffer
 METADATA_ALIGN = 256
+#: matrix rows one program instance of the prune, check and compress kernels covers
+PREP_ROWS = 32
 
 
 def _is_int(value: object) -> bool:
@@ -72,8 +75,18 @@ class SparseGemmRoutines(GemmRoutines):
             e["api"], e["codes"], e["conditions"], seam="library", vendor=self.vendor)
         self._sparse_programs: dict[sparse_kernel.SparseVariant, isa.Program] = {}
         self._sparse_images: dict[tuple[sparse_kernel.SparseVariant, str, str], KernelBinary] = {}
+        self._prep_programs: dict[tuple[str, str], isa.Program] = {}
+        self._prep_images: dict[tuple[tuple[str, str], str, str], KernelBinary] = {}
 
     # -- facts and errors ------------------------------------------------------------------
+    def sparse_info(self) -> dict[str, Any]:
+        """The family's ``[library.sparse]`` facts, less its error table (see :class:`Library`)."""
+        f = self.sparse_facts
+        if not f:
+            return {"name": self.name, "supported": False}
+        return {key: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+                for key, v in f.items() if key != "errors"}
+
     def _call(self, call: str) -> str:
         calls: dict[str, str] = self.sparse_facts.get("calls", {})
         return calls.get(call) or calls.get("matmul") or call
@@ -143,38 +156,79 @@ class SparseGemmRoutines(GemmRoutines):
         sizes = self._sizes(call, params, ("m", "k"))
         return sizes["m"], sizes["k"], self._dtype(call, params)
 
-    # -- host-side passes over the matrix --------------------------------------------------
-    def _read(self, a: int, m: int, k: int, dtype: str, stream: Stream | None) -> np.ndarray:
-        host = np.empty((m, k), dtype=isa.np_dtype(dtype))
-        self.runtime.memcpy_d2h(host, a, stream)
-        return host
+    # -- prune, check, compress: device kernels over the matrix ----------------------------
+    def _prep(self, kind: str, dtype: str) -> tuple[Module, str]:
+        """The loaded module and kernel name of the ``kind`` kernel (prune, check, compress)."""
+        key = (kind, dtype)
+        if key not in self._prep_programs:
+            make = {"prune": sparse_compress.prune_program, "check": sparse_compress.check_program,
+                    "compress": sparse_compress.compress_program}[kind]
+            self._prep_programs[key] = make(f"{self.sparse_facts['name']}_{kind}_{dtype}", dtype,
+                                            PREP_ROWS)
+        prog = self._prep_programs[key]
+        dev = self.runtime.current_device()
+        image = self._image_for(self.runtime.driver.properties(dev).target,
+                                self.runtime.driver.loadable_formats(dev))
+        ikey = (key, image["format"], image["target"])
+        if ikey not in self._prep_images:
+            self._prep_images[ikey] = self.build([prog], image["format"], image["target"])
+        return self.runtime.load_module(self._prep_images[ikey]), prog.name
 
     def _sparse_record(self, routine: str, call: str, reason: str, shape: tuple[int, ...],
-                options: dict[str, Any]) -> CallRecord:
-        rec = CallRecord(routine, self._call(call), reason, "host", shape, options=options)
+                       image: str, options: dict[str, Any]) -> CallRecord:
+        rec = CallRecord(routine, self._call(call), reason, image, shape, options=options)
         self.calls.append(rec)
         return rec
+
+    def _image_name(self) -> str:
+        dev = self.runtime.current_device()
+        image = self._image_for(self.runtime.driver.properties(dev).target,
+                                self.runtime.driver.loadable_formats(dev))
+        return f"{image['format']}:{image['target']}"
+
+    def _violations(self, call: str, a: int, m: int, k: int, dtype: str,
+                    stream: Stream | None) -> int:
+        """Groups of four of the matrix at ``a`` holding more than two nonzeros (the check
+        kernel's count, read back: the caller waits for it)."""
+        dev = self.runtime.current_device()
+        if self.runtime.driver.devices[dev].meta:
+            raise self._sparse_error("invalid_argument", call,
+                                     f"device {dev} is shape-only (meta): whether a matrix is 2:4 "
+                                     "depends on its data", hint="check on a data-mode stack (meta = false)")
+        module, name = self._prep("check", dtype)
+        rt = self.runtime
+        bad = rt.malloc(8, stream)
+        try:
+            rt.memcpy_h2d(bad, np.zeros(1, np.int64), stream)
+            rt.launch(module, name, sparse_compress.grid(m, k, PREP_ROWS), {"a": a, "bad": bad, "m": m, "k": k},
+                      stream)
+            count = np.zeros(1, np.int64)
+            rt.memcpy_d2h(count, bad, stream)
+        finally:
+            rt.free(bad)
+        return int(count[0])
 
     def sparse_prune(self, a: int, out: int, params: dict[str, Any],
                      stream: Stream | None = None) -> CallRecord:
         """Write to ``out`` (which may be ``a``) the 2:4 prune of the ``m x k`` matrix at ``a``:
         the two largest magnitudes of every four along K kept, the others zeroed."""
         m, k, dtype = self._matrix("prune", params)
-        dense = self._read(a, m, k, dtype, stream)
-        pruned = np.where(sparsity.prune_mask(dense), dense, np.zeros((), dense.dtype))
-        self.runtime.memcpy_h2d(out, np.ascontiguousarray(pruned), stream)
-        return self._sparse_record("sparse_prune", "prune", "magnitude: the two largest of every four "
-                            "along K", (m, k), {"dtype": dtype})
+        module, name = self._prep("prune", dtype)
+        self.runtime.launch(module, name, sparse_compress.grid(m, k, PREP_ROWS),
+                            {"a": a, "out": out, "m": m, "k": k}, stream)
+        return self._sparse_record("sparse_prune", "prune", "magnitude: the two largest of every "
+                                   "four along K", (m, k), self._image_name(), {"dtype": dtype})
 
     def sparse_prune_check(self, a: int, params: dict[str, Any],
                            stream: Stream | None = None) -> bool:
         """Whether the ``m x k`` matrix at ``a`` is 2:4-sparse along K (the real call's
-        ``d_valid`` is 0 then); the record counts the groups that are not."""
+        ``d_valid`` is 0 then); the record counts the groups that are not.  Synchronous: the
+        answer is read back."""
         m, k, dtype = self._matrix("prune_check", params)
-        bad = sparsity.violations(self._read(a, m, k, dtype, stream))
+        bad = self._violations("prune_check", a, m, k, dtype, stream)
         self._sparse_record("sparse_prune_check", "prune_check",
-                     f"{bad} group(s) of four hold more than two nonzeros", (m, k),
-                     {"dtype": dtype, "valid": bad == 0, "violations": bad})
+                            f"{bad} group(s) of four hold more than two nonzeros", (m, k),
+                            self._image_name(), {"dtype": dtype, "valid": bad == 0, "violations": bad})
         return bad == 0
 
     def sparse_compressed_size(self, params: dict[str, Any]) -> tuple[int, int]:
@@ -187,23 +241,24 @@ class SparseGemmRoutines(GemmRoutines):
     def sparse_compress(self, a: int, out: int, params: dict[str, Any],
                         stream: Stream | None = None) -> CallRecord:
         """Compress the 2:4 ``m x k`` matrix at ``a`` into ``out`` (``sparse_compressed_size``
-        bytes).  A matrix that is not 2:4 is refused (the real call compresses it wrongly
-        without a word; fornax checks first)."""
+        bytes).  A matrix that is not 2:4 is refused: fornax runs the check kernel first and
+        waits for it (the real call compresses such a matrix wrongly without a word)."""
         m, k, dtype = self._matrix("compress", params)
-        dense = self._read(a, m, k, dtype, stream)
-        bad = sparsity.violations(dense)
+        bad = self._violations("compress", a, m, k, dtype, stream)
         if bad:
             raise self._sparse_error(
                 "not_sparse", "compress", f"the {m}x{k} matrix is not 2:4-sparse along K: {bad} "
                 f"group(s) of four hold more than two nonzeros ({self._call('prune_check')} "
                 "reports it invalid)", hint=f"prune it first ({self._call('prune')})")
-        values, words = sparsity.compress(dense)
-        self.runtime.memcpy_h2d(out, np.ascontiguousarray(values), stream)
-        nbytes = sparsity.compressed_bytes(m, k, isa.np_dtype(dtype).itemsize)[0]
-        self.runtime.memcpy_h2d(out + _meta_offset(nbytes), np.ascontiguousarray(words), stream)
+        values = sparsity.compressed_bytes(m, k, isa.np_dtype(dtype).itemsize)[0]
+        module, name = self._prep("compress", dtype)
+        self.runtime.launch(module, name, sparse_compress.grid(m, k, PREP_ROWS),
+                            {"a": a, "values": out, "e": out + _meta_offset(values), "m": m, "k": k,
+                             "kh": k // 2, "kw": sparsity.metadata_words(k)}, stream)
         return self._sparse_record("sparse_compress", "compress", "kept values and 2-bit positions",
-                            (m, k), {"dtype": dtype, "values_bytes": nbytes,
-                                     "metadata_bytes": int(words.nbytes)})
+                                   (m, k), self._image_name(),
+                                   {"dtype": dtype, "values_bytes": values,
+                                    "metadata_bytes": m * sparsity.metadata_words(k) * 4})
 
     # -- the device kernel -----------------------------------------------------------------
     def _sparse_variant(self, m: int, n: int, dtype: str, out: str,

@@ -13,9 +13,9 @@ That is the information the real 16-bit format stores (half the values plus two 
 kept value: a quarter of the dense bytes is saved less the metadata's sixteenth); the real
 libraries also reorder values and metadata into the tensor cores' register layout, which
 is opaque to callers and not reproduced here.  :class:`~fornax.sim.isa.SparseDot` executes
-on exactly these two arrays; the functions below are the host-side reference (pruning,
-the pattern check, compression and expansion), used by the libraries' prune and compress
-routines and by tests.
+on exactly these two arrays (through :func:`expand`); the other functions are the host-side
+reference of pruning, the pattern check and compression, which the libraries' device
+kernels (``fornax.layers.sparse_compress``) are held to bit for bit.
 """
 
 from __future__ import annotations

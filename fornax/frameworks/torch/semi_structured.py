@@ -122,7 +122,7 @@ class SemiStructuredWeight(torch.Tensor):
         rows = 1
         for d in lead:
             rows *= int(d)
-        align = int(lib.sparse_facts.get("alignment", 1)) if hasattr(lib, "sparse_facts") else 1
+        align = int(lib.sparse_info().get("alignment", 1))
         padded = -(-max(rows, 1) // align) * align
         x2 = x.reshape(rows, in_f)
         if padded != rows:

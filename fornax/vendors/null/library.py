@@ -29,6 +29,9 @@ class NullLibrary:
     def report(self):
         raise not_implemented("library.report")
 
+    def sparse_info(self):
+        raise not_implemented("library.sparse_info")
+
     def sparse_prune(self, a, out, params, stream=None):
         raise not_implemented("library.sparse_prune")
 
