@@ -78,6 +78,8 @@ def manifest(stack: Stack, workload: str, framework: str = "graph") -> JSON:
         "paths": list(getattr(cfg, "paths", ())),   # portability paths chosen by --path
         # every device runs a rank (--parallel dp|tp); absent when the run uses device 0 only
         **({"parallel": cfg.parallel} if getattr(cfg, "parallel", None) else {}),
+        # the chip split into partitions (--partition); absent: the whole chip was one device
+        **({"partition": split.describe()} if (split := getattr(stack, "layout", None)) else {}),
     }
 
 
@@ -329,6 +331,12 @@ def render(report: JSON, console: Console | None = None, all_rows: bool = False)
     m = report["manifest"]
     tree = Tree(f"[bold]fornax stack[/] — workload [cyan]{m['workload']}[/] on spec "
                 f"[cyan]{m['spec']}[/] x{m['devices']}, seed {m['seed']}")
+    if "partition" in m:
+        part = m["partition"]
+        first = part["partitions"][0]
+        tree.add(f"[bold]partition[/]: [cyan]{part['layout']}[/] ({len(part['partitions'])} "
+                 f"partition(s)); the run used partition 0, {first['label']}: "
+                 f"{first['compute_units']} units, {fmt_bytes(first['hbm_bytes'])}")
     for name in SEAM_ORDER:
         seam = report["seams"][name]
         branch = tree.add(f"[bold]{name}[/]: [green]{m['stack'][name]}[/]")

@@ -12,6 +12,8 @@ SEAM=V`` overrides one) or from a TOML file::
     translate = true            # allow a declared binary translation (see layers/translate.py)
     seed = 0
     # parallel = "dp"           # with devices >= 2: run on every device, dp (batch split) or tp (weights split)
+    # partition = "3g.40gb,4g.40gb"   # split the chip: its partitions are the stack's devices
+    #                                 # (docs/partitioning.md: "cpx", "cpx/nps4", "flat", ...)
 
     [stack.seams]
     library = "rocm-like"
@@ -52,7 +54,9 @@ from .layers.runtime.handles import Stream
 from .layers.translate import (TranslatingCompiler, Translator, TranslationPath, candidate_paths,
                                lane_efficiency)
 from .layers.vendor import SEAMS, Vendor
+from .sim.chip import Chip
 from .sim.device import Device
+from .sim.layout import Layout, layout
 from .sim.replay import ReplayCache
 from .sim.faults import SpecError
 from .sim import tomlfile
@@ -73,7 +77,7 @@ MAX_DEVICES = 1024
 MAX_MESH_DEVICES = 64
 
 _STACK_KEYS = {"vendor", "spec", "devices", "seed", "seams", "topology", "meta", "translate", "paths",
-               "nodes", "parallel", "replay"}
+               "nodes", "parallel", "replay", "partition"}
 #: how a workload runs over several devices of one process (``--parallel``): ``dp`` splits the
 #: batch over the devices, ``tp`` splits the weights (Megatron's column/row split)
 PARALLEL_MODES = ("dp", "tp")
@@ -150,11 +154,18 @@ class StackConfig:
     #: kernels launched again replay their recorded tape (and fast paths); off: every launch
     #: runs through the interpreter, the reference (``--no-replay``: the same results, slower)
     replay: bool = True
+    #: the chip split into partitions (``--partition``): a layout its spec's ``[partitions]``
+    #: table takes (``3g.40gb,4g.40gb``, ``cpx/nps4``, ``flat``); its partitions are the
+    #: stack's devices.  None: the whole chip is one device
+    partition: str | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
-                "topology": self.topology, "meta": self.meta, "translate": self.translate,
-                "fuse": self.fuse, "paths": list(self.paths), "nodes": self.nodes, "replay": self.replay}
+        out = {"seams": dict(self.seams), "spec": self.spec, "devices": self.devices, "seed": self.seed,
+               "topology": self.topology, "meta": self.meta, "translate": self.translate,
+               "fuse": self.fuse, "paths": list(self.paths), "nodes": self.nodes, "replay": self.replay}
+        if self.partition is not None:
+            out["partition"] = self.partition
+        return out
 
 
 def parse_seam_overrides(items: Iterable[object] | None) -> dict[str, str]:
@@ -177,7 +188,8 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                 meta: bool | None = None, translate: bool | None = None,
                 fuse: bool | None = None, dump_ir: str | None = None,
                 paths: Iterable[str] | None = None, nodes: int | None = None,
-                parallel: str | None = None, replay: bool | None = None) -> StackConfig:
+                parallel: str | None = None, replay: bool | None = None,
+                partition: str | None = None) -> StackConfig:
     """Build a config; flags given here override ``base`` (a config file)."""
     cfg = StackConfig(dict(base.seams) if base else {}, *( (base.spec, base.devices, base.seed) if base else ()))
     if base is not None:
@@ -199,6 +211,12 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                      else (base.translate if base is not None else True))
     cfg.fuse = bool(fuse) if fuse is not None else (base.fuse if base is not None else True)
     cfg.replay = bool(replay) if replay is not None else (base.replay if base is not None else True)
+    # an empty partition asks for the whole chip over a config file's layout
+    cfg.partition = (partition or None) if partition is not None else (base.partition if base is not None else None)
+    if cfg.partition is not None and (not isinstance(cfg.partition, str) or not cfg.partition.strip()):
+        raise ConfigError(f"partition must name a layout of the chip's partition modes, got {cfg.partition!r}",
+                          hint='e.g. partition = "3g.40gb" on h100-like, "cpx" on mi300x-like, "flat" '
+                               "on max1550-like (docs/partitioning.md)")
     cfg.dump_ir = dump_ir if dump_ir is not None else (base.dump_ir if base is not None else None)
     chosen = list(paths) if paths is not None and list(paths) else (list(base.paths) if base else [])
     for name in chosen:
@@ -238,6 +256,10 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                           hint="a mesh links every pair of devices (real ones join 8); use the "
                                "switch or ring topology for more" if cfg.topology == "mesh" else
                                f"simulate at most {MAX_DEVICES} devices per process")
+    if cfg.partition is not None and cfg.devices != 1:
+        raise ConfigError(f"partition {cfg.partition!r} splits one chip into devices, but the stack asks "
+                          f"for {cfg.devices} chips", hint="drop --devices (the partitions are the "
+                          "stack's devices) or drop --partition")
     if (not isinstance(cfg.nodes, int) or isinstance(cfg.nodes, bool) or cfg.nodes < 1
             or cfg.devices % cfg.nodes):
         raise ConfigError(f"nodes must be a positive integer that divides the {cfg.devices} device(s) "
@@ -303,6 +325,10 @@ def load_config(path: str | Path) -> StackConfig:
         raise ConfigError(f"config file {p}: parallel must be a string "
                           f"({' or '.join(map(repr, PARALLEL_MODES))}), got {stack['parallel']!r}")
     base.parallel = stack.get("parallel")
+    if "partition" in stack and not isinstance(stack["partition"], str):
+        raise ConfigError(f"config file {p}: partition must be a string naming a layout, got "
+                          f"{stack['partition']!r}", hint='e.g. partition = "3g.40gb,4g.40gb" or "cpx/nps4"')
+    base.partition = stack.get("partition")
     return make_config(stack.get("vendor"), seams, base=base)
 
 
@@ -330,6 +356,8 @@ class Stack:
     topology: Topology | None = None     # the fabric joining the devices
     #: per-stack state of the front ends (the JAX client that serves this stack, ...)
     frontends: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: how the chip is split when the stack is partitioned (its partitions are ``devices``)
+    layout: Layout | None = None
 
     def seam(self, name: str) -> Driver | Runtime | Library | Compiler | Framework:
         """The implementation composed for seam ``name`` (one of :data:`SEAMS`)."""
@@ -425,12 +453,18 @@ def compose(config: StackConfig) -> Stack:
     vendors = {seam: get_vendor(config.seams[seam]) for seam in SEAMS}
     # one bounded recording cache for the stack's devices (limit 0: every launch interpreted)
     replays = ReplayCache() if config.replay else ReplayCache(0, fast=False)
-    devices = [Device(spec, i, meta=config.meta, replays=replays) for i in range(config.devices)]
+    split = _layout(spec, config.partition) if config.partition is not None else None
+    specs = [p.spec for p in split.partitions] if split is not None else [spec] * config.devices
+    devices = [Device(s, i, meta=config.meta, replays=replays) for i, s in enumerate(specs)]
+    if split is not None:
+        Chip[Device](split).attach(devices)
+        spec = specs[0]                   # the spec of the device a run uses
     try:
-        topology = Topology.build(spec, config.devices, config.topology, config.nodes)
+        topology = Topology.build(spec, len(devices), config.topology, config.nodes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    topology.connect(devices)
+    if split is None or split.mode.peer:  # partitions with no fabric between them reach no peer
+        topology.connect(devices)
     driver = vendors["driver"].driver(devices)
     loadable = tuple(driver.loadable_formats(0))
     runtime = vendors["runtime"].runtime(driver)
@@ -518,4 +552,14 @@ def compose(config: StackConfig) -> Stack:
     # in boundary order: framework/runtime, runtime/driver, compiler/driver, library/driver
     negotiation["crossings"] = [c.to_dict() for c in crossings]
     return Stack(config, spec, devices, vendors, driver, runtime, library, compiler, framework,
-                 target, negotiation, topology)
+                 target, negotiation, topology, layout=split)
+
+
+def _layout(spec: ChipSpec, text: str) -> Layout:
+    """``spec`` split as ``text`` says, or a ConfigError that lists what the chip takes."""
+    try:
+        return layout(spec, text)
+    except SpecError as exc:
+        raise ConfigError(str(exc), seam="driver",
+                          hint="fornax specs NAME --json lists the chip's [partitions]; "
+                               "docs/partitioning.md explains each mode") from None

@@ -37,6 +37,15 @@ The ``[tool]`` table
       character, and ``before`` / ``after`` lines centred in rules;
     - ``lines``: ``lines`` printed once per device (``sycl-ls``).
 
+``partitions`` (optional)
+    how the tool shows a partitioned chip (``fornax devices --partition``): ``sections``
+    as above, rendered after the device sections with one row (or line) per partition
+    over the partition's fields (:func:`partition_record`: its ``label``, ``profile``,
+    ``mode_name``, ``memory_mode_name``, memory, units, engines, ``stacks``, ...);
+    ``numbering`` as above, per partition (a GPU-instance id); ``state``, the words
+    ``[off, on]`` the device rows print as ``{partition_state}``; ``mode_names``, the
+    tool's own word for each mode (``flat = "FLAT"``; default: the mode in capitals).
+
 Templates are Python format strings over the device's fields (``{power_w:.0f}``);
 banner, header and before/after lines see device 0's fields.  A tab in a grid
 cell spreads its parts over the cell: the first left-aligned, the last
@@ -157,6 +166,7 @@ class ToolStyle:
         self.numbering: dict[str, tuple[int, int]] = {k: (v[0], v[1]) for k, v in numbering.items()}
         self.fields: dict[str, str] = dict(fields)
         self.sections: list[dict] = [_check_section(s, vendor, i) for i, s in enumerate(sections)]
+        self.partitions = _PartitionStyle(tool.get("partitions", {}), vendor)
 
     def field(self, key: str, target: str):
         """The value of ``[tool.fields] key`` for a device of arch ``target``."""
@@ -174,6 +184,33 @@ class ToolStyle:
             raise _fail(self.vendor, "tool.fields", f"{key} = {src!r}: {path} is a {type(node).__name__}, "
                         "not a value a tool prints")
         return node
+
+
+class _PartitionStyle:
+    """The ``[tool.partitions]`` table, checked: how the tool lists a chip's partitions."""
+
+    KEYS = {"sections", "numbering", "state", "mode_names"}
+
+    def __init__(self, table, vendor: str):
+        where = "tool.partitions"
+        if not isinstance(table, dict) or set(table) - self.KEYS:
+            extra = sorted(set(table) - self.KEYS) if isinstance(table, dict) else table
+            raise _fail(vendor, where, f"takes {', '.join(sorted(self.KEYS))}; unknown {extra!r}")
+        sections = table.get("sections", [])
+        if not isinstance(sections, list):
+            raise _fail(vendor, where, "sections must be a list of [[tool.partitions.sections]] tables")
+        self.sections: list[dict] = [_check_section(s, vendor, i) for i, s in enumerate(sections)]
+        numbering = table.get("numbering", {})
+        if not isinstance(numbering, dict) or not all(
+                isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                            for x in v) for v in numbering.values()):
+            raise _fail(vendor, f"{where}.numbering", f"each entry must be [first, step], got {numbering!r}")
+        self.numbering: dict[str, tuple[int, int]] = {k: (v[0], v[1]) for k, v in numbering.items()}
+        self.state: list[str] = _strings(table.get("state", ["", ""]), vendor, where, "state", length=2)
+        names = table.get("mode_names", {})
+        if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+            raise _fail(vendor, f"{where}.mode_names", f"each name must be a string, got {names!r}")
+        self.mode_names: dict[str, str] = dict(names)
 
 
 class _Template(string.Formatter):
@@ -240,6 +277,7 @@ def device_record(stack, index: int, style: ToolStyle) -> dict:
         "tool": {**{k: first + index * step for k, (first, step) in style.numbering.items()},
                  **{k: style.field(k, props.target) for k in style.fields}},
     }
+    rec["tool"]["partition_state"] = style.partitions.state[dev.partition is not None]
     view = view_of(rec, style)
     del view["name"], view["bus_id"]           # what the two templates below make
     fmt = _Template(style.vendor)
@@ -269,14 +307,50 @@ def view_of(rec: dict, style: ToolStyle) -> dict:
     return view
 
 
+def partition_record(stack, index: int, style: ToolStyle) -> dict:
+    """Partition ``index`` of a partitioned stack as its tool lists it: what it is (mode,
+    profile, memory mode, the tool's words for them), what it has (units, copy engines,
+    video and JPEG decoders, memory in MiB, ``stacks``: the chip's stacks it spans), and its
+    state (memory used, uncorrected errors, lost)."""
+    dev = stack.devices[index]
+    part, lay = dev.partition, stack.layout
+    free, total = stack.driver.memory_info(index)
+    media = dev.spec.media.engines if dev.spec.media is not None else ()
+    jpeg = sum(e.count for e in media if "mjpeg" in e.codecs)
+    faults = dev.injector.log if dev.injector is not None else []
+    names = style.partitions.mode_names
+    stacks = [str(i) for i in range(part.sub_devices)] if part.sub_devices else [str(part.index)]
+    return {"index": part.index, "label": part.label, "mode": part.mode,
+            "mode_name": names.get(part.mode, part.mode.upper()), "profile": part.profile,
+            "memory_mode": part.memory_mode or "",
+            "memory_mode_name": names.get(part.memory_mode or "", (part.memory_mode or "N/A").upper()),
+            "chip": 0, "compute_units": dev.spec.compute_units, "copy_engines": dev.spec.copy_engines,
+            "decoders": sum(e.count for e in media) - jpeg, "jpeg": jpeg,
+            "memory_total_mib": total // MIB, "memory_used_mib": (total - free) // MIB,
+            "ecc_uncorrected": sum(1 for f in faults if f.kind == "ecc_uncorrectable"),
+            "lost": stack.driver.is_lost(index), "sub_devices": part.sub_devices,
+            "stacks": ",".join(stacks), "uuid": device_uuid(dev.spec.name, index),
+            "slice_start": part.slice_start, "layout": lay.text,
+            **{k: first + index * step for k, (first, step) in style.partitions.numbering.items()}}
+
+
 def snapshot(stack, style: ToolStyle | None = None) -> dict:
-    """The ``fornax.devices/1`` document of a composed stack."""
+    """The ``fornax.devices/1`` document of a composed stack (with ``partition`` when the
+    stack's chip is partitioned: the layout and one record per partition)."""
     family = stack.vendors["driver"]
     style = style or ToolStyle(family.facts, family.name)
-    return {"schema": SCHEMA, "vendor": family.name, "tool": style.name,
-            "stack": dict(stack.config.seams), "spec": stack.spec.name,
-            "spec_source": stack.spec.source, "topology": stack.config.topology,
-            "devices": [device_record(stack, i, style) for i in range(stack.driver.device_count())]}
+    doc = {"schema": SCHEMA, "vendor": family.name, "tool": style.name,
+           "stack": dict(stack.config.seams), "spec": stack.spec.name,
+           "spec_source": stack.spec.source, "topology": stack.config.topology,
+           "devices": [device_record(stack, i, style) for i in range(stack.driver.device_count())]}
+    if stack.layout is not None:
+        lay = stack.layout
+        doc["partition"] = {"layout": lay.text, "mode": lay.mode.name, "memory_mode": lay.memory_mode,
+                            "description": lay.mode.description, "source": lay.source,
+                            "select": family.facts["driver"].get("partitions", {}).get("select", ""),
+                            "partitions": [partition_record(stack, i, style)
+                                           for i in range(len(lay.partitions))]}
+    return doc
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -360,7 +434,11 @@ def render(doc: dict, style: ToolStyle) -> str:
     """The ``fornax.devices/1`` document as the family's tool prints it (sections blank-line apart)."""
     fmt = _Template(style.vendor)
     views = [view_of(rec, style) for rec in doc["devices"]]
-    return "\n\n".join("\n".join(LAYOUTS[sec["layout"]](sec, views, fmt)) for sec in style.sections)
+    out = ["\n".join(LAYOUTS[sec["layout"]](sec, views, fmt)) for sec in style.sections]
+    if "partition" in doc:
+        parts = [dict(p, tool_name=style.name) for p in doc["partition"]["partitions"]]
+        out += ["\n".join(LAYOUTS[sec["layout"]](sec, parts, fmt)) for sec in style.partitions.sections]
+    return "\n\n".join(out)
 
 
 @click.command()
@@ -371,16 +449,19 @@ def render(doc: dict, style: ToolStyle) -> str:
 @click.option("--spec", default=None, metavar="NAME", help="Chip spec (see `fornax specs`).")
 @click.option("--devices", "count", type=int, default=None, metavar="N",
               help="Simulated devices (default 1, or the config's; at most 1024, 64 in a mesh).")
+@click.option("--partition", default=None, metavar="LAYOUT",
+              help="Split the chip: MIG-like profiles (3g.40gb,4g.40gb; 1g.10gb:7), a compute mode "
+                   "(cpx, cpx/nps4) or a device hierarchy (flat); docs/partitioning.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fornax.devices/1 JSON document.")
 @debug_option
 @handle_errors
-def devices(vendor, config_path, spec, count, as_json, debug):
+def devices(vendor, config_path, spec, count, partition, as_json, debug):
     """Show a composed stack's simulated devices the way the family's own tool does
     (nvidia-smi-like, rocm-smi-like, sycl-ls / xpu-smi-like)."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None:
         raise ConfigError("no stack given: use --vendor V or --config FILE")
-    stack = compose(make_config(vendor, spec=spec, devices=count, base=base))
+    stack = compose(make_config(vendor, spec=spec, devices=count, base=base, partition=partition))
     family = stack.vendors["driver"]
     style = ToolStyle(family.facts, family.name)
     doc = snapshot(stack, style)

@@ -38,14 +38,18 @@ def _choices(given, allowed, what: str) -> list[str]:
 @click.option("--front-end", "front_ends", multiple=True, metavar="FE",
               help="Drill through front end FE (repeatable): graph, torch, jax. Default: all.")
 @click.option("--spec", default=None, metavar="CHIP", help="Chip spec for every stack.")
+@click.option("--partition", default=None, metavar="LAYOUT",
+              help="Drill on partition 0 of the chip split this way (3g.40gb,4g.40gb; cpx; flat), a "
+                   "second tenant on partition 1: a fault must stay in its partition or take every "
+                   f"partition down as the mode says; adds fault {', '.join(d.PARTITION_FAULTS)}.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fornax.drill/1 JSON document.")
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Write a Perfetto/Chrome trace of each row's device timeline into DIR.")
 @debug_option
 @handle_errors
-def drill(families, faults, front_ends, spec, as_json, trace_dir, debug):
+def drill(families, faults, front_ends, spec, partition, as_json, trace_dir, debug):
     """Fault drill: inject, detect, recover, and compare with a clean run."""
-    faults = _choices(faults, d.FAULTS, "fault")
+    faults = _choices(faults, d.FAULTS + (d.PARTITION_FAULTS if partition else ()), "fault")
     front_ends = _choices(front_ends, d.FRONT_ENDS, "front end")
     for f in families:
         get_vendor(f)                      # an unknown family: a clear error naming the choices
@@ -53,7 +57,7 @@ def drill(families, faults, front_ends, spec, as_json, trace_dir, debug):
     traces: list | None = [] if trace_dir else None
     console = Console(stderr=as_json)
     with console.status("drilling...") as status:
-        doc = d.drill(faults, families, front_ends, spec=spec, trace=traces,
+        doc = d.drill(faults, families, front_ends, spec=spec, trace=traces, partition=partition,
                       progress=lambda r: status.update(f"{r.fault} / {r.family} / {r.front_end}"))
     if traces is not None:
         out = Path(trace_dir)
@@ -66,15 +70,19 @@ def drill(families, faults, front_ends, spec, as_json, trace_dir, debug):
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
-        t = Table(title=f"fault drill: {doc['passed']} of {len(doc['rows'])} rows pass")
-        for col in ("fault", "family", "front", "code raised", "recovery"):
+        where = f" on partition 0 of {escape(partition)}" if partition else ""
+        t = Table(title=f"fault drill{where}: {doc['passed']} of {len(doc['rows'])} rows pass")
+        for col in ("fault", "family", "front", "code raised", "recovery") + (("scope", "neighbour")
+                                                                              if partition else ()):
             t.add_column(col, overflow="fold")
         t.add_column("detected recovered identical", no_wrap=True)
         for r in doc["rows"]:
             marks = " ".join("yes" if r[k] else "[red]NO[/red]"
                              for k in ("detected", "recovered", "identical"))
+            part = r.get("partition")
+            extra = (part["scope"], escape(part["neighbour"])) if part else ("—", "—") if partition else ()
             t.add_row(r["fault"], r["family"], r["front_end"], escape(r["code"] or "—"),
-                      escape(r["recovery"]), marks)
+                      escape(r["recovery"]), *extra, marks)
         console.print(t)
         for r in doc["rows"]:
             if not r["ok"]:

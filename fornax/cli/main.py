@@ -73,6 +73,10 @@ def main() -> None:
 @click.option("--nodes", type=int, default=None, metavar="N",
               help="Spread the devices over N nodes (equal blocks): the topology joins a node's "
                    "devices, the chip spec's NIC tier joins the nodes (default 1).")
+@click.option("--partition", default=None, metavar="LAYOUT",
+              help="Split the chip into partitions, each a device of the stack (the run uses "
+                   "partition 0): MIG-like profiles (3g.40gb,4g.40gb; 1g.10gb:7), a compute mode "
+                   "(cpx, cpx/nps4) or a device hierarchy (flat); docs/partitioning.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
 @click.option("--all", "all_rows", is_flag=True, default=False,
               help="Show every row of the long tables (kernels, races); default: the first 20 and "
@@ -103,7 +107,7 @@ def main() -> None:
 def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topology, as_json, debug,
                 inject=None, trace_path=None, meta=None, no_translate=False, no_fuse=False,
                 dump_ir=None, framework="graph", all_rows=False, paths=(), nodes=None, parallel=None,
-                no_replay=False):
+                no_replay=False, partition=None):
     """Compose a stack seam by seam, run a workload through it, and report."""
     base = load_config(config_path) if config_path else None
     if base is None and vendor is None and not seams:
@@ -112,7 +116,7 @@ def compose_cmd(vendor, seams, config_path, workload, spec, seed, devices, topol
                       devices=devices, topology=topology, meta=meta,
                       translate=False if no_translate else None,
                       fuse=False if no_fuse else None, dump_ir=dump_ir, paths=paths, nodes=nodes,
-                      parallel=parallel, replay=False if no_replay else None)
+                      parallel=parallel, replay=False if no_replay else None, partition=partition)
     prep = prepare(cfg, framework, workload, origin="fornax compose")
     plan = None
     if inject:

@@ -27,6 +27,9 @@ from .errors import debug_option, handle_errors
               f"({', '.join(runnable_vendors())}).")
 @click.option("--stack", "stack_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Qualify the stack a config TOML describes ([stack] vendor/spec/seed, [stack.seams]).")
+@click.option("--partition", default=None, metavar="LAYOUT",
+              help="Qualify the stack on a partitioned chip (3g.40gb; cpx; flat): its partitions are "
+                   "the devices and the torch device is partition 0.")
 @click.option("--level", "levels", multiple=True, metavar="L",
               help="Run only level L (L0-L7; repeatable). Default: every level.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fornax.qualify/1 JSON document.")
@@ -35,12 +38,12 @@ from .errors import debug_option, handle_errors
               "(slow); the default is a deterministic sample.")
 @debug_option
 @handle_errors
-def qualify(vendor, stack_path, levels, as_json, full, debug):
+def qualify(vendor, stack_path, partition, levels, as_json, full, debug):
     """The support contract: levels L0-L7 of PyTorch support, each with evidence."""
     if (vendor is None) == (stack_path is None):
         raise ConfigError("give exactly one of --vendor V or --stack FILE",
                           hint="e.g. fornax qualify --vendor xpu-like")
-    cfg = make_config(vendor) if vendor else load_config(stack_path)
+    cfg = make_config(vendor, base=None if vendor else load_config(stack_path), partition=partition)
     wanted = [q.normalize_level(lv) for lv in levels] or None
     status = Console(stderr=True)
     if as_json or not status.is_terminal:

@@ -22,14 +22,17 @@ def _l0_driver(s: StackSubject) -> Outcome:
     n = drv.device_count()
     props = [drv.properties(i) for i in range(n)]
     problems = []
-    if n != stack.config.devices:
-        problems.append(f"{n} devices enumerated, the config composed {stack.config.devices}")
+    # a partitioned chip's partitions are the devices (fornax.sim.partition)
+    want = len(stack.layout.partitions) if stack.layout is not None else stack.config.devices
+    if n != want:
+        problems.append(f"{n} devices enumerated, the config composed {want}")
     for p in props:
         if not p.name or not p.target:
             problems.append(f"device {p.index} has no name or arch target")
-        if p.memory_bytes != stack.spec.hbm_bytes:
+        have = stack.devices[p.index].spec.hbm_bytes if p.index < len(stack.devices) else stack.spec.hbm_bytes
+        if p.memory_bytes != have:
             problems.append(f"device {p.index} reports {p.memory_bytes} bytes of memory, the "
-                            f"chip has {stack.spec.hbm_bytes}")
+                            f"{'partition' if stack.layout is not None else 'chip'} has {have}")
         if not p.native:
             problems.append(f"device {p.index} has no properties in the family's vocabulary")
     first = props[0] if props else None

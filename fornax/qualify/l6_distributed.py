@@ -15,8 +15,13 @@ from .subject import StackSubject, torch_fornax
           seam="library", measured="elements differing from numpy's sum", relation="==", limit=0,
           dtype="float32", shape="[301] per rank, 2 ranks")
 def _l6_all_reduce(s: StackSubject) -> Outcome:
-    stack = compose(s.derived(devices=2))
-    comm = stack.communicator()
+    part = s.stack.layout
+    if part is not None and len(s.stack.devices) >= 2 and part.mode.peer:
+        stack = s.stack                   # partitions that reach each other: two of them are the ranks
+        comm = stack.communicator([0, 1])
+    else:                                 # no fabric between partitions (MIG): two whole chips
+        stack = compose(s.derived(devices=2, partition="") if part is not None else s.derived(devices=2))
+        comm = stack.communicator()
     rng = np.random.default_rng(s.config.seed + 60)
     count = 301                       # odd: the ring's chunks are uneven
     ints = [rng.integers(-1000, 1000, count).astype(np.float32) for _ in range(2)]

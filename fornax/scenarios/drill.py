@@ -17,6 +17,15 @@ For one row (fault, family, front end) on a freshly composed stack:
 4. **rerun**: the workload runs once more — *identical* when every output is bit-identical to
    the clean run, *recovered* when it ran and the allocator is back at its baseline.
 
+On a partitioned chip (``partition``: a layout, :mod:`fornax.sim.partition`) the workload
+runs on partition 0 and a second tenant runs the same work on partition 1 in a context of
+its own, before the fault, while partition 0 is faulted, and after recovery.  The chip's
+partition mode says where each fault lands: a fault whose scope is the *partition* must
+leave the neighbour running with identical results and no other partition lost; a fault
+whose scope is the *device* must take every partition down (the neighbour's work fails
+too) until the chip is reset, after which both run again.  ``ecc_uncontained`` drills an
+uncorrectable ECC error the hardware could not contain (MIG's full-GPU-reset case).
+
 Managed-memory migration is drilled beside the faults, because Part 3 of the series asks
 for the two to be told apart: a kernel over managed memory that the host wrote faults its
 pages over (or, on a family whose migration needs a target feature the chip lacks, reads
@@ -41,6 +50,8 @@ from ..stack import Stack, compose, make_config, runnable_vendors
 
 SCHEMA = "fornax.drill/1"
 FAULTS = (*FAULT_KINDS, "out_of_memory", "migration")
+#: the faults a partitioned drill adds: an uncorrectable ECC error the hardware could not contain
+PARTITION_FAULTS = ("ecc_uncontained",)
 FRONT_ENDS = ("graph", "torch", "jax")
 N = 512                       # elements of the drill workload
 
@@ -120,6 +131,37 @@ class _JaxFront:
 FRONTS: dict[str, Callable[[Stack], _Front]] = {"graph": _GraphFront, "torch": _TorchFront, "jax": _JaxFront}
 
 
+class _Neighbour:
+    """Another tenant on partition ``index`` of the same chip: the drill workload driven at
+    the driver, in a context of its own made for each run (and destroyed after it)."""
+
+    def __init__(self, stack: Stack, index: int):
+        g = _GraphFront(stack)
+        self.stack, self.index = stack, index
+        self.plan = stack.compiler.compile(g.graph, stack.target)
+        self.feeds = list(g.feeds.values())
+
+    def run(self) -> list[np.ndarray]:
+        drv = self.stack.driver
+        ctx = drv.create_context(self.index)
+        if drv.context_rule == "thread":
+            drv.pop_current()                  # another process's context: not this thread's
+        try:
+            step = self.plan.kernel_steps()[0]
+            assert self.plan.binary is not None, "the drill graph compiles to a kernel"
+            ptrs = {n: drv.allocate(ctx, N * 4, "managed") for n in ("in0", "in1", "in2", "out0")}
+            for n, arr in zip(("in0", "in1", "in2"), self.feeds):
+                drv.host_write(ctx, ptrs[n], arr)
+            module = drv.load_module(ctx, self.plan.binary)
+            q = drv.create_queue(ctx)
+            q.launch(module, step.entry, step.grid, {p: ptrs[p] for p in step.args})
+            q.synchronize()
+            return [np.frombuffer(drv.host_read(ctx, ptrs["out0"], N * 4), np.float32).copy()]
+        finally:
+            if ctx.live:
+                drv.destroy_context(ctx)
+
+
 # -- one row ------------------------------------------------------------------------------------------
 @dataclass
 class DrillRow:
@@ -133,16 +175,23 @@ class DrillRow:
     recovered: bool = False
     identical: bool = False
     detail: str = ""
+    #: on a partitioned chip: the layout, where the fault landed (``scope``), what the
+    #: neighbour partition saw, and whether that is what the mode says (``isolated``)
+    partition: dict | None = None
 
     @property
     def ok(self) -> bool:
-        return self.detected and self.recovered and self.identical
+        held = self.partition is None or self.partition["isolated"]
+        return self.detected and self.recovered and self.identical and held
 
     def to_dict(self) -> dict:
-        return {"fault": self.fault, "family": self.family, "front_end": self.front_end,
-                "code": self.code, "expected": list(self.expected), "recovery": self.recovery,
-                "detected": self.detected, "recovered": self.recovered,
-                "identical": self.identical, "ok": self.ok, "detail": self.detail}
+        out: dict[str, object] = {"fault": self.fault, "family": self.family, "front_end": self.front_end,
+               "code": self.code, "expected": list(self.expected), "recovery": self.recovery,
+               "detected": self.detected, "recovered": self.recovered,
+               "identical": self.identical, "ok": self.ok, "detail": self.detail}
+        if self.partition is not None:
+            out["partition"] = dict(self.partition)
+        return out
 
 
 def _fornax_error(exc: BaseException) -> FornaxError | None:
@@ -173,6 +222,7 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 
 def _expected(stack: Stack, fault: str) -> list[str]:
+    fault = _kind(fault)
     if fault == "ecc_correctable":
         return []                              # nothing raised: corrected and counted
     if fault == "out_of_memory":
@@ -181,8 +231,23 @@ def _expected(stack: Stack, fault: str) -> list[str]:
     return [stack.driver.errors.faults.get(fault) or stack.driver.errors.faults["unknown"]]
 
 
+def _kind(fault: str) -> str:
+    """The fault kind a drill fault injects (``ecc_uncontained`` is an uncorrectable ECC error)."""
+    return "ecc_uncorrectable" if fault == "ecc_uncontained" else fault
+
+
+def _scope(stack: Stack, fault: str) -> str:
+    """Where ``fault`` lands on the stack's chip: ``partition`` or ``device``."""
+    if stack.layout is None or fault in ("out_of_memory", "ecc_correctable"):
+        return "partition"                     # memory and corrected errors stay where they are
+    return stack.layout.mode.scope(_kind(fault), fault not in PARTITION_FAULTS)
+
+
 def _recovery(stack: Stack, fault: str) -> str:
     drv = stack.driver
+    if _scope(stack, fault) == "device" and stack.layout is not None and len(stack.devices) > 1:
+        return f"chip reset: {drv.calls.get('reset', 'reset')} (every partition)"
+    fault = _kind(fault)
     if fault in drv.lost_conditions:
         return f"device reset: {drv.calls.get('reset', 'reset')}"
     if fault in drv.sticky_conditions:
@@ -193,14 +258,19 @@ def _recovery(stack: Stack, fault: str) -> str:
 
 
 def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
-              trace: list | None = None) -> DrillRow:
-    """Drill one fault on one family through one front end (see the module docstring)."""
-    stack = compose(make_config(family, spec=spec))
+              trace: list | None = None, partition: str | None = None) -> DrillRow:
+    """Drill one fault on one family through one front end (see the module docstring);
+    with ``partition``, on partition 0 of the chip split that way."""
+    stack = compose(make_config(family, spec=spec, partition=partition))
     row = DrillRow(fault, family, front_end)
     if fault == "migration":
         return _migration(stack, row, trace)
+    if fault in PARTITION_FAULTS and stack.layout is None:
+        raise ValueError(f"drill fault {fault!r} needs a partitioned chip (partition=...)")
     front = FRONTS[front_end](stack)
     clean = front.run()
+    neighbour = _Neighbour(stack, 1) if len(stack.devices) > 1 and stack.layout is not None else None
+    nb_clean = neighbour.run() if neighbour is not None else []
     baseline = _allocator_state(stack, front_end)
     row.expected = _expected(stack, fault)
     row.recovery = _recovery(stack, fault)
@@ -214,7 +284,8 @@ def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
             stack.driver.pop_current()          # the co-tenant is another process's context
     else:
         op = "copy" if fault == "link_failure" else "kernel"
-        device.inject(FaultPlan((FaultSpec(fault, at=1, op=op),)))
+        device.inject(FaultPlan((FaultSpec(_kind(fault), at=1, op=op,
+                                           contained=fault not in PARTITION_FAULTS),)))
     corrected = device.ecc_corrected
     try:
         front.run()
@@ -231,18 +302,25 @@ def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
         else:
             row.detail = "the fault raised no error"
     device.inject(None)
+    scope = _scope(stack, fault)
+    during = _neighbour_during(stack, neighbour, nb_clean) if neighbour is not None else ""
+    kind = _kind(fault)
     try:
         if hog is not None:
             stack.driver.destroy_context(hog)
             stack.runtime.empty_cache()
-        elif fault in stack.driver.lost_conditions or fault in stack.driver.sticky_conditions:
+        elif (scope == "device" and stack.layout is not None) or kind in stack.driver.lost_conditions \
+                or kind in stack.driver.sticky_conditions:
             front.reset(row.detail or fault)
         again = front.run()
         after = _allocator_state(stack, front_end)
+        nb_after = neighbour.run() if neighbour is not None else []
     except Exception as exc:                    # noqa: BLE001
         err = _fornax_error(exc)
         row.detail += f"; recovery failed: {str(err or exc).splitlines()[0][:200]}"
         return row
+    if stack.layout is not None:
+        row.partition = _isolation(stack, scope, during, _same(nb_clean, nb_after), neighbour is not None)
     row.identical = _same(clean, again)
     row.recovered = after == baseline
     if not row.recovered:
@@ -251,6 +329,36 @@ def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
     if trace is not None:
         trace.append((f"{fault}-{family}-{front_end}", stack))
     return row
+
+
+def _neighbour_during(stack: Stack, neighbour: _Neighbour, clean: list[np.ndarray]) -> str:
+    """What the neighbour partition saw while partition 0 was faulted: ``running`` (its
+    work ran with identical results), ``down`` (it failed, the chip's fault took it down),
+    or ``wrong`` (it ran with other results), with the number of other partitions lost."""
+    lost = sum(stack.driver.is_lost(i) for i in range(1, len(stack.devices)))
+    try:
+        out = neighbour.run()
+    except FornaxError:
+        return f"down ({lost} of {len(stack.devices) - 1} other partition(s) lost)"
+    what = "running" if _same(out, clean) else "wrong"
+    return f"{what} ({lost} of {len(stack.devices) - 1} other partition(s) lost)"
+
+
+def _isolation(stack: Stack, scope: str, during: str, same_after: bool, has_neighbour: bool) -> dict:
+    """The partition part of a row: where the fault landed and whether the neighbour saw
+    what the mode says (running and nothing else lost, or every partition down), and ran
+    again with identical results after recovery."""
+    assert stack.layout is not None
+    others = len(stack.devices) - 1
+    if not has_neighbour:
+        isolated, during = True, "no other partition"
+    elif scope == "partition":
+        isolated = during == f"running (0 of {others} other partition(s) lost)" and same_after
+    else:
+        isolated = during == f"down ({others} of {others} other partition(s) lost)" and same_after
+    return {"layout": stack.layout.text, "mode": stack.layout.mode.name, "scope": scope,
+            "neighbour": during, "neighbour_after": "identical" if same_after else "different",
+            "isolated": isolated}
 
 
 def _migration(stack: Stack, row: DrillRow, trace: list | None) -> DrillRow:
@@ -301,19 +409,24 @@ def _migration(stack: Stack, row: DrillRow, trace: list | None) -> DrillRow:
 
 
 def drill(faults=FAULTS, families=None, front_ends=FRONT_ENDS, spec: str | None = None,
-          trace: list | None = None, progress=None) -> dict:
-    """Every (fault, family, front end) row; a ``fornax.drill/1`` document."""
+          trace: list | None = None, progress=None, partition: str | None = None) -> dict:
+    """Every (fault, family, front end) row; a ``fornax.drill/1`` document (with
+    ``partition``: every row on partition 0 of the chip split that way)."""
     families = list(families or runnable_vendors())
+    where = {"partition": partition} if partition is not None else {}
     rows = []
     for fault in faults:
         for family in families:
             for fe in front_ends:
                 if fault == "migration" and fe != "graph":
                     continue
-                row = drill_row(fault, family, fe, spec=spec, trace=trace)
+                row = drill_row(fault, family, fe, spec=spec, trace=trace, **where)
                 rows.append(row.to_dict())
                 if progress is not None:
                     progress(row)
-    return {"schema": SCHEMA, "faults": list(faults), "families": families,
-            "front_ends": list(front_ends), "rows": rows,
-            "passed": sum(r["ok"] for r in rows), "failed": sum(not r["ok"] for r in rows)}
+    doc = {"schema": SCHEMA, "faults": list(faults), "families": families,
+           "front_ends": list(front_ends), "rows": rows,
+           "passed": sum(r["ok"] for r in rows), "failed": sum(not r["ok"] for r in rows)}
+    if partition is not None:
+        doc["partition"] = partition
+    return doc

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cost import KernelCost, copy_cost, gemm_counters, kernel_cost
 from .execute import Counters, execute
-from .faults import DeviceLost, ExecutionError, FaultInjector, FaultPlan
+from .faults import DeviceLost, ExecutionError, FaultInjector, FaultPlan, SimError
 from .isa import Program
 from .memory import AddressSpace, DeviceMemory
 from .power import PowerModel
@@ -15,6 +15,10 @@ from .replay import ReplayCache
 from .spec import ChipSpec
 from .timeline import Timeline
 from .topology import Topology
+
+if TYPE_CHECKING:
+    from .chip import Chip
+    from .layout import Partition
 
 
 class Device:
@@ -35,7 +39,12 @@ class Device:
         self.topology: Topology | None = None        # the fabric joining this device to others (Topology.connect)
         self.peer_bytes = 0
         self.injector: FaultInjector | None = None   # fault injection; None: off, zero cost
-        self.lost: DeviceLost | None = None          # set when the device is lost, until reset
+        #: set when the device is lost, until reset: a lost device, or on a partitioned chip the
+        #: fault of another partition that took this one down with it
+        self.lost: SimError | None = None
+        #: the partition this device is, and the chip it shares (``fornax.sim.chip``); None: a whole chip
+        self.partition: Partition | None = None
+        self.chip: Chip[Device] | None = None
         self.ecc_corrected = 0
         self.resets = 0
         #: the record/replay recordings of the kernels this device runs (``fornax.sim.replay``);
@@ -67,16 +76,26 @@ class Device:
         if fault is not None:
             if isinstance(fault, DeviceLost):     # kind "device_lost"
                 self.lost = fault
+            if self.chip is not None:             # a fault whose scope is the chip downs every partition
+                self.chip.spread(self, fault)
             raise fault
 
+    def reset_group(self) -> list[Device]:
+        """The devices a reset of this one resets: itself, or on a partitioned chip with a
+        chip-wide fault pending every partition of the chip (the driver destroys their
+        contexts first)."""
+        return self.chip.reset_group(self) if self.chip is not None else [self]
+
     def reset(self) -> None:
-        """Hardware reset: clear the lost state and every failed or pending hardware queue.
-        (Contexts and their memory are the driver's to destroy first.)"""
-        self.lost = None
-        for q in self.timeline.queues:
-            q.failure = None
-            q.pending.clear()
-        self.resets += 1
+        """Hardware reset: clear the lost state and every failed or pending hardware queue,
+        of every device :meth:`reset_group` names.  (Contexts and their memory are the
+        driver's to destroy first.)"""
+        for dev in self.chip.reset(self) if self.chip is not None else [self]:
+            dev.lost = None
+            for q in dev.timeline.queues:
+                q.failure = None
+                q.pending.clear()
+            dev.resets += 1
 
     def stats(self) -> dict[str, Any]:
         return {"kernels_executed": self.kernels_executed, "bytes_copied": dict(self.bytes_copied),

@@ -23,6 +23,9 @@ class SimError(Exception):
     """Base of every condition the simulated device reports."""
 
     kind = "sim_error"
+    #: False for an error the hardware could not contain to the partition it hit
+    #: (``fornax.sim.chip``); a device that is not partitioned is its own containment
+    contained = True
 
 
 class SpecError(SimError):
@@ -141,7 +144,9 @@ class FaultSpec:
     operation is hit with that probability, drawn from the plan's seeded
     generator).  ``op`` defaults per kind (``kernel``; ``copy`` for
     ``link_failure``).  ``address`` is where a ``page_fault`` faults (default
-    0, a null-pointer access).
+    0, a null-pointer access).  ``contained`` False makes an error the hardware could not
+    contain to the partition it hit (on a partitioned chip it lands where the mode's
+    ``uncontained`` says: ``fornax.sim.partition``).
     """
 
     kind: str
@@ -149,6 +154,7 @@ class FaultSpec:
     probability: float | None = None
     op: str | None = None
     address: int = 0
+    contained: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -171,6 +177,9 @@ class FaultSpec:
                 isinstance(self.probability, (int, float)) and 0.0 <= self.probability <= 1.0):
             raise FaultPlanError(f"fault {self.kind!r}: probability must be in [0, 1], "
                                  f"got {self.probability!r}")
+        if not isinstance(self.contained, bool):
+            raise FaultPlanError(f"fault {self.kind!r}: contained must be true or false, "
+                                 f"got {self.contained!r}")
         if isinstance(self.address, bool) or not isinstance(self.address, int) or self.address < 0:
             raise FaultPlanError(f"fault {self.kind!r}: address must be a non-negative integer, "
                                  f"got {self.address!r}")
@@ -272,6 +281,7 @@ class FaultInjector:
                 self.ecc_corrected += 1
             elif failure is None:
                 failure = self._fault(spec, n, label, context)
+                failure.contained = spec.contained
         return failure
 
     def _fault(self, spec: FaultSpec, n: int, label: str, context: int) -> SimError:

@@ -15,6 +15,7 @@ from typing import Any
 from . import tomlfile
 from .faults import SpecError
 from .media import MediaSpec, parse_media
+from .partition import PartitionTable, parse_partitions
 
 #: field name -> (type, description).  Every field is required.
 _FIELDS: dict[str, tuple[type[Any], str]] = {
@@ -66,6 +67,8 @@ OPTIONAL_FIELDS: dict[str, tuple[type[Any], str]] = {
                                  "sparsity' figure); each key must be a matrix_peak dtype and its "
                                  "rate at least the dense one; default none: the chip has no "
                                  "sparse matrix instruction"),
+    "partitions": (dict, "the chip's partition modes (MIG-like instances, compute/memory partition "
+                         "modes, stacks as devices: fornax.sim.partition); default none"),
 }
 
 #: the [power] table: energy per unit of work, static power and a thermal RC model
@@ -125,6 +128,8 @@ class ChipSpec:
     media: MediaSpec | None = None
     #: dtype -> 2:4 sparse matrix-instruction peak (dense-equivalent FLOP/s); empty: none
     sparse_matrix_peak: dict[str, float] = field(default_factory=dict)
+    #: the partition modes (the ``[partitions]`` table); None: the chip cannot be partitioned
+    partitions: PartitionTable | None = None
 
     def peak(self, dtype: str, matrix: bool) -> float:
         """Peak FLOP/s for ``dtype`` on the matrix or vector unit (falls back to fp32 vector)."""
@@ -157,7 +162,7 @@ class ChipSpec:
         out: dict[str, Any] = {}
         for k, v in self.__dict__.items():
             out[k] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else \
-                v.to_dict() if isinstance(v, MediaSpec) else v
+                v.to_dict() if isinstance(v, (MediaSpec, PartitionTable)) else v
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -220,6 +225,8 @@ def _validate(data: dict[str, Any], where: str) -> ChipSpec:
     if values["page_size"] & (values["page_size"] - 1):
         raise SpecError(f"chip spec {where}: page_size must be a power of two, got {values['page_size']}")
     values.update(_optional(data, where, values["matrix_peak"]))
+    if "partitions" in values:       # checked against the units, copy engines and media above
+        values["partitions"] = parse_partitions(values["partitions"], where, values)
     return ChipSpec(**values, source=str(data.get("source", "")))
 
 

@@ -161,9 +161,12 @@ class ContextRules(DriverCore):
         every context on it and all their mappings, clear its lost state and failed
         hardware queues.  Old handles and addresses are invalid; new contexts work."""
         dev = self._device(index, "reset")
+        group = dev.reset_group()       # a partitioned chip after a chip-wide fault: every partition
         for ctx in list(self.contexts):
-            if ctx.device is dev and ctx.live:
+            if ctx.live and any(ctx.device is d for d in group):
                 self.destroy_context(ctx)
         dev.reset()
-        self.lost.pop(index, None)
+        for i, d in enumerate(self.devices):
+            if any(d is g for g in group):
+                self.lost.pop(i, None)
         self.counts["resets"] += 1

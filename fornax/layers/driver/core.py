@@ -167,9 +167,15 @@ class DriverCore:
     def properties(self, index: int) -> DeviceProperties:
         dev = self._device(index, "device_get")
         target = self.target(index)
+        native = self.native_properties(dev, target)
+        part = dev.partition
+        named = self.facts["driver"].get("partitions")
+        if part is not None and named is not None and isinstance(native.get("name"), str):
+            # a partition as the family names it ("<GPU name> MIG 3g.40gb")
+            native["name"] = named["device_name"].format(name=native["name"], profile=part.profile,
+                                                         label=part.label)
         return DeviceProperties(index, dev.spec.description, target, dev.spec.compute_units,
-                                self.facts["driver"]["simd_width"], dev.spec.hbm_bytes,
-                                self.native_properties(dev, target))
+                                self.facts["driver"]["simd_width"], dev.spec.hbm_bytes, native)
 
     def loadable_formats(self, index: int) -> tuple[str, ...]:
         self._device(index, "device_get")
