@@ -51,8 +51,8 @@ def render(doc: dict[str, Any], console: Console) -> None:
     console.print(f"[bold]{escape(doc['tool'])}[/] profile of {escape(doc['workload'])} on "
                   f"{escape(doc['stack'])} ({escape(doc['interface'])}; simulated ns)", soft_wrap=True)
     s = doc["sections"]
-    more = doc["kernels_total"] - len(doc["kernels"])
-    _section(console, s["kernels"], doc["kernels"], f" ({more} more)" if more > 0 else "")
+    shown, total = len(doc["kernels"]), doc["kernels_total"]
+    _section(console, s["kernels"], doc["kernels"], f" — top {shown} of {total}" if shown < total else "")
     for domain in ("runtime", "driver"):
         rows = [r for r in doc["api"] if r["domain"] == domain]
         if rows:
@@ -60,9 +60,9 @@ def render(doc: dict[str, Any], console: Console) -> None:
     if doc["copies"]:
         _section(console, s["copies"], doc["copies"])
     for m in doc["metrics"]:
-        t = Table(title=escape(f"{doc['metrics_tool']}: {m['kernel']} ({m['instances']} instance"
-                               f"{'s' if m['instances'] != 1 else ''}, averages)"),
-                  box=box.SIMPLE_HEAD, title_justify="left")
+        console.print(escape(f"{doc['metrics_tool']}: {m['kernel']} ({m['instances']} instance"
+                             f"{'s' if m['instances'] != 1 else ''}, averages)"), soft_wrap=True)
+        t = Table(box=box.SIMPLE_HEAD)
         for col in ("Metric Name", "Metric Unit", "Metric Value"):
             t.add_column(col, justify="right" if col == "Metric Value" else "left")
         for key, named in doc["metric_names"].items():

@@ -34,6 +34,7 @@ JSON_COMMANDS = {
     "compare": "compare", "devices": "devices", "drill": "drill", "qualify": "qualify",
     "serve": "serve", "trace merge": "trace-summary", "media": "media",
     "baseline check": "regression", "matrix": "matrix", "lab list": "labs", "lab check": "lab-check",
+    "profile": "profile",
 }
 
 
