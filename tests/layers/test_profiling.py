@@ -301,9 +301,9 @@ def test_fornax_profile_prints_the_familys_summary(vendor, kernels, metric, tmp_
 def test_fornax_profile_bad_input_is_one_line():
     res = CliRunner().invoke(main, ["profile", "--spec", "tiny"])
     assert res.exit_code == 2 and "no stack given" in res.stderr
-    res = CliRunner().invoke(main, ["profile", "--vendor", "cuda-like", "--workload", "nope"])
+    res = CliRunner().invoke(main, ["profile", "--vendor", "cuda-like", "--spec", "tiny", "--workload", "nope"])
     assert res.exit_code == 2 and "nope" in res.stderr
-    res = CliRunner().invoke(main, ["profile", "--vendor", "null"])
+    res = CliRunner().invoke(main, ["profile", "--vendor", "null", "--spec", "tiny"])
     assert res.exit_code != 0 and "Traceback" not in res.output
 
 
@@ -317,3 +317,37 @@ def test_host_arrays_stay_plain_numpy():
         out = np.zeros(16, np.float32)
         rt.memcpy_d2h(out, p)
     assert out.tolist() == list(range(16))
+
+
+def test_rocprofiler_like_buffer_tracing_keeps_the_configured_operations_only():
+    prep = _prep("rocm-like")
+    prof = prep.stack.runtime.profiler()
+    ctx = prof.create_context()
+    got: list[dict] = []
+    buf = prof.create_buffer(ctx, 1 << 16, 0, "ROCPROFILER_BUFFER_POLICY_LOSSLESS",
+                             lambda c, b, recs, dropped: got.extend(recs))
+    prof.configure_buffer_tracing_service(ctx, "ROCPROFILER_BUFFER_TRACING_HIP_RUNTIME_API",
+                                          ["ROCPROFILER_HIP_RUNTIME_API_ID_hipLaunchKernel"], buf)
+    prof.start_context(ctx)
+    execute(prep)
+    prof.flush_buffer(buf)
+    assert len(got) == prep.stack.driver.counts["launches"] == 4
+    assert {r["operation"] for r in got} == {"ROCPROFILER_HIP_RUNTIME_API_ID_hipLaunchKernel"}
+
+
+def test_merged_rank_traces_keep_each_ranks_api_flows_apart():
+    from fornax.sim.trace_merge import merge
+    docs = []
+    for rank in (0, 1):
+        prep = _prep("cuda-like")
+        with Recorder(prep.stack.runtime) as rec:
+            execute(prep)
+        doc = chrome_trace(prep.stack.devices, api=rec.track())
+        doc["otherData"].update(rank=rank, world_size=2, family="cuda-like", node=0)
+        docs.append(doc)
+    merged = merge(docs)["traceEvents"]
+    for ph in ("s", "f"):
+        ids = [e["id"] for e in merged if e["ph"] == ph and e["cat"] == "api"]
+        assert len(ids) == len(set(ids)) == sum(1 for d in docs for e in d["traceEvents"] if e["ph"] == ph)
+    ends = {e["id"]: e for e in merged if e["ph"] == "f" and e["cat"] == "api"}
+    assert all(ends[e["id"]]["pid"] == e["pid"] for e in merged if e["ph"] == "s" and e["cat"] == "api")

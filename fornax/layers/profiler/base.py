@@ -32,6 +32,8 @@ class Client:
         self.callbacks: dict[str, set[str] | None] = {}
         self.on_site: SiteCallback | None = None
         self.buffers: dict[str, ActivityBuffers] = {}
+        #: API record kinds (runtime, driver) -> the generic calls whose records it takes (None: all)
+        self.operations: dict[str, set[str] | None] = {}
         self.enabled = True
 
     def sync(self) -> None:
@@ -57,6 +59,10 @@ class Client:
 
     def on_record(self, record: Record) -> None:
         kind = record.domain if isinstance(record, ApiRecord) else record.kind
+        if isinstance(record, ApiRecord):
+            ops = self.operations.get(kind)
+            if ops is not None and record.call not in ops:
+                return
         buffers = self.buffers.get(kind)
         if buffers is not None:
             buffers.add(record)

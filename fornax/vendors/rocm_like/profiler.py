@@ -86,6 +86,9 @@ class RocprofilerLikeProfiler(ProfilerBase):
         if policy not in POLICIES:
             raise self.fail("invalid_argument", f"unknown buffer policy {policy!r}", call,
                             hint=f"use {' or '.join(POLICIES)}")
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise self.fail("invalid_argument", f"the buffer size must be a whole number of bytes, got {size!r}",
+                            call)
         if isinstance(watermark, bool) or not isinstance(watermark, int) or not 0 <= watermark <= size:
             raise self.fail("invalid_argument", f"watermark {watermark!r} must be 0..size ({size!r})", call)
         if not callable(callback):
@@ -117,8 +120,8 @@ class RocprofilerLikeProfiler(ProfilerBase):
         if kind in ctx.kinds:
             raise self.fail("already_configured", f"{kind} is already configured on context "
                             f"{ctx.handle}", call)
-        if generic in ("runtime", "driver"):
-            self._operations(generic, operations, call)       # names checked; records are per kind
+        if generic in ("runtime", "driver"):                # API records of these operations only
+            ctx.client.operations[generic] = self._operations(generic, operations, call)
         ctx.kinds.add(kind)
         ctx.client.buffers[generic] = buffer.buffers
 
