@@ -530,3 +530,60 @@ def collectives(s: Subject) -> None:
     require(f"rank {skipper}" in text and "rank 0" in text.replace("ranks 0", "rank 0"),
             f"the watchdog's diagnosis must name the waiting rank 0 and the rank {skipper} that "
             f"skipped the call: {text}")
+
+
+@clause(SEAM, "L15", "2:4 structured-sparse GEMM: where the family ships it, prune keeps the two "
+                     "largest of every four, compress writes the documented format, the matmul "
+                     "matches float64 of the pruned matrix and a matrix that is not 2:4 is refused "
+                     "with a code; where it does not, every call is refused with a code and a hint")
+def sparse_gemm(s: Subject) -> None:
+    rt, lib = open_library(s)
+    info = routine_of(lib, "sparse_info")()
+    if not info.get("supported"):
+        for call, run in (("sparse_compressed_size", lambda: lib.sparse_compressed_size(
+                              {"m": 32, "k": 32, "dtype": "bfloat16"})),
+                          ("sparse_matmul", lambda: lib.sparse_matmul(
+                              0, 0, 0, {"m": 32, "n": 32, "k": 32, "dtype": "bfloat16"}))):
+            try:
+                run()
+            except FornaxError as exc:
+                require(exc.code is not None and bool(exc.hint), f"{info.get('name')} has no 2:4 "
+                        f"GEMM: {call} must say so with the family's code and a hint, got: {exc}")
+            else:
+                raise ContractFailure(f"{info.get('name')} says it has no 2:4 GEMM, yet {call} "
+                                      "returned without an error")
+        return
+    from ..sim import sparsity
+    dtype, align = str(info["dtypes"][0]), int(info["alignment"])
+    m, n, k = 2 * align, align, 5 * align             # k: not a whole number of metadata words
+    rng = np.random.default_rng(15)
+    w = random_operand(rng, (m, k), dtype)
+    pw = to_device(rt, w)
+    p = {"m": m, "k": k, "dtype": dtype}
+    require(not lib.sparse_prune_check(pw, p), "a dense random matrix passed the 2:4 check")
+    try:
+        lib.sparse_compress(pw, pw, p)
+    except FornaxError as exc:
+        require(exc.code is not None, f"compress of a matrix that is not 2:4 raised no code: {exc}")
+    else:
+        raise ContractFailure("compress of a matrix that is not 2:4 returned without an error")
+    lib.sparse_prune(pw, pw, p)
+    pruned = from_device(rt, pw, (m, k), dtype)
+    want = np.where(sparsity.prune_mask(w), w, np.zeros((), w.dtype))
+    require(np.array_equal(pruned.astype(np.float64), want.astype(np.float64)),
+            "prune did not keep exactly the two largest magnitudes of every four along K")
+    require(lib.sparse_prune_check(pw, p), "the pruned matrix failed the 2:4 check")
+    size, _ = lib.sparse_compressed_size(p)
+    values, words = sparsity.compress(pruned)
+    require(size >= values.nbytes + words.nbytes, f"compressed size {size} is below the format's "
+            f"{values.nbytes + words.nbytes} bytes")
+    pc = rt.malloc(size)
+    lib.sparse_compress(pw, pc, p)
+    b = random_operand(rng, (k, n), dtype)
+    pb, pout = to_device(rt, b), rt.malloc(m * n * 4)
+    lib.sparse_matmul(pc, pb, pout, {"m": m, "n": n, "k": k, "dtype": dtype, "out_dtype": "float32"})
+    out = from_device(rt, pout, (m, n), "float32")
+    a64, b64 = pruned.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    check_close(f"2:4 {dtype} sparse_matmul {m}x{n}x{k}", out, ref,
+                gemm_bound(a64, b64, ref, k, "float32"))
