@@ -338,7 +338,7 @@ class SparseGemmRoutines(GemmRoutines):
         self.runtime.launch(module, name, sparse_kernel.grid(v, p["m"], p["n"]), args, stream)
         options = {"dtype": v.dtype, "out_dtype": v.out, "trans_b": p["trans_b"],
                    "c_col": p["c_col"], "alpha": p["alpha"], "bias": p["bias"] is not None,
-                   "tile": list(v.tile), "sparsity": "2:4"}
+                   "tile": list(v.tile), "algorithm": algo, "sparsity": "2:4"}
         rec = CallRecord("sparse_matmul", f"{self._call('matmul')} {algo}",
                          f"2:4 sparse tile {'x'.join(map(str, v.tile))} from {why}",
                          f"{image['format']}:{image['target']}", (1, p["m"], p["n"], p["k"]),

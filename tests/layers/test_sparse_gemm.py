@@ -101,10 +101,13 @@ def test_sparse_matmul_matches_the_float64_masked_dense_product(vendor):
 def test_speedup_on_a_large_square_and_none_on_small_or_skinny_shapes():
     rows = {r["shape"]: r for r in sweep("cuda-like", [("8192^3", 8192, 8192, 8192),
                                                        ("small", 64, 64, 64),
-                                                       ("skinny k=64", 8192, 8192, 64)])}
+                                                       ("skinny k=64", 8192, 8192, 64),
+                                                       ("long k", 128, 128, 16384)])}
     assert rows["8192^3"]["speedup"] > 1.15                     # half the matrix work, same B traffic
     for shape in ("small", "skinny k=64"):                      # launch latency / memory bound
         assert 0.95 < rows[shape]["speedup"] < 1.05
+    # the same tile in one pass loses to 2:4, the dense heuristic's split-K beats it
+    assert rows["long k"]["speedup"] > 1.1 and rows["long k"]["vs_heuristic"] < 1
     mi = {r["shape"]: r for r in sweep("rocm-like", [("4096^3", 4096, 4096, 4096)])}
     assert mi["4096^3"]["speedup"] > 1.5
     xpu = sweep("xpu-like", [("4096^3", 4096, 4096, 4096)])[0]
