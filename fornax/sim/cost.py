@@ -81,6 +81,8 @@ class KernelCost:
     alignment: float = 1.0          # matrix work padded to the instruction shape / counted work
     clock_fraction: float = 1.0
     lane_efficiency: float = 1.0    # lanes of each SIMD group doing the vector work
+    #: matrix_flops are dense-equivalent work of a 2:4 sparse instruction (``SPARSITY``)
+    sparse: bool = False
 
     @property
     def flops(self) -> float:
@@ -192,7 +194,7 @@ def kernel_cost(spec: ChipSpec, c: Counters, meta: dict[str, Any] | None = None,
     return KernelCost(launch + ramp + body, compute, memory, launch, eff,
                       _bound(compute, memory, launch + ramp), ramp, hbm, l2,
                       dict(c.matrix_flops), dict(c.vector_flops), resident, align, clock_fraction,
-                      float(lanes))
+                      float(lanes), sparse)
 
 
 def hbm_traffic(spec: ChipSpec, c: Counters, resident: int = 1) -> float:

@@ -3,8 +3,10 @@
 Energy is static power over elapsed time plus dynamic energy per unit of
 work: per matrix FLOP (``matrix_pj_per_flop`` at the bfloat16 rate; a dtype
 with a lower peak costs proportionally more per FLOP, since the unit draws
-about the same power at full rate), per vector FLOP (against the float32
-vector peak), per byte moved to or from HBM and per byte served by L2.
+about the same power at full rate; a 2:4 sparse kernel's dense-equivalent FLOP
+costs the same at the sparse rate, so its energy is that of the half it
+multiplies), per vector FLOP (against the float32 vector peak), per byte moved
+to or from HBM and per byte served by L2.
 
 Temperature follows a first-order RC model: at constant power ``P`` it moves
 exponentially, with time constant ``R * C``, toward ``ambient + R * P``.
@@ -99,10 +101,17 @@ class PowerModel:
         """Dynamic energy of one kernel (independent of the clock it runs at)."""
         p = self.spec.power
         return EnergyParts(
-            matrix_j=sum(f * self.matrix_pj(dt) * cost.alignment for dt, f in cost.matrix_flops.items()) * PJ,
+            matrix_j=sum(f * self.matrix_pj(dt) * cost.alignment * self._sparse_share(cost, dt)
+                         for dt, f in cost.matrix_flops.items()) * PJ,
             vector_j=sum(f * self.vector_pj(dt) for dt, f in cost.vector_flops.items()) * PJ,
             hbm_j=cost.hbm_bytes * p["hbm_pj_per_byte"] * PJ,
             l2_j=cost.l2_bytes * p["l2_pj_per_byte"] * PJ)
+
+    def _sparse_share(self, cost: KernelCost, dtype: str) -> float:
+        """Energy per dense-equivalent FLOP of a 2:4 kernel relative to a dense one: the dense
+        peak over the sparse peak (1 for a dense kernel or a chip without the instruction)."""
+        sparse = self.spec.sparse_peak(dtype) if cost.sparse else None
+        return self.spec.peak(dtype, matrix=True) / sparse if sparse else 1.0
 
     def copy_energy(self, nbytes: int, direction: str) -> EnergyParts:
         """Dynamic energy of a copy: HBM is read and written for d2d, touched once otherwise."""

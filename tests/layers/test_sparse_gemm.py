@@ -108,6 +108,11 @@ def test_speedup_on_a_large_square_and_none_on_small_or_skinny_shapes():
         assert 0.95 < rows[shape]["speedup"] < 1.05
     # the same tile in one pass loses to 2:4, the dense heuristic's split-K beats it
     assert rows["long k"]["speedup"] > 1.1 and rows["long k"]["vs_heuristic"] < 1
+    # the library's prediction is the launch's price: a 2:4 kernel's energy is that of the
+    # multiplies it performs, so running at twice the rate does not throttle its clock
+    lib = compose(make_config("cuda-like", spec="h200-like", meta=True)).library
+    predicted = lib.sparse_predict({"m": 8192, "n": 8192, "k": 8192, "dtype": "bfloat16"})
+    assert abs(predicted / rows["8192^3"]["sparse_s"] - 1) < 1e-9
     mi = {r["shape"]: r for r in sweep("rocm-like", [("4096^3", 4096, 4096, 4096)])}
     assert mi["4096^3"]["speedup"] > 1.5
     xpu = sweep("xpu-like", [("4096^3", 4096, 4096, 4096)])[0]
