@@ -44,7 +44,11 @@ The ``[tool]`` table
     ``mode_name``, ``memory_mode_name``, memory, units, engines, ``stacks``, ...);
     ``numbering`` as above, per partition (a GPU-instance id); ``state``, the words
     ``[off, on]`` the device rows print as ``{partition_state}``; ``mode_names``, the
-    tool's own word for each mode (``flat = "FLAT"``; default: the mode in capitals).
+    tool's own word for each mode (``flat = "FLAT"``; default: the mode in capitals);
+    ``per_chip``, the ``[tool.numbering]`` keys the partitions share with their chip
+    (its PCI bus); ``devices``, what the device sections list: ``partitions`` (default,
+    one row each) or ``chip`` (one row for the chip, its figures summed over the
+    partitions, as ``nvidia-smi`` shows a GPU in MIG mode).
 
 Templates are Python format strings over the device's fields (``{power_w:.0f}``);
 banner, header and before/after lines see device 0's fields.  A tab in a grid
@@ -61,6 +65,7 @@ import click
 
 from ..layers.errors import ConfigError
 from ..layers.face import device_uuid
+from ..sim.spec import load_spec
 from ..stack import compose, load_config, make_config, runnable_vendors
 from .errors import debug_option, handle_errors
 
@@ -189,7 +194,7 @@ class ToolStyle:
 class _PartitionStyle:
     """The ``[tool.partitions]`` table, checked: how the tool lists a chip's partitions."""
 
-    KEYS = {"sections", "numbering", "state", "mode_names"}
+    KEYS = {"sections", "numbering", "state", "mode_names", "per_chip", "devices"}
 
     def __init__(self, table, vendor: str):
         where = "tool.partitions"
@@ -211,6 +216,10 @@ class _PartitionStyle:
         if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
             raise _fail(vendor, f"{where}.mode_names", f"each name must be a string, got {names!r}")
         self.mode_names: dict[str, str] = dict(names)
+        self.per_chip: list[str] = _strings(table.get("per_chip", []), vendor, where, "per_chip")
+        self.devices: str = table.get("devices", "partitions")
+        if self.devices not in ("partitions", "chip"):
+            raise _fail(vendor, where, f"devices must be partitions or chip, got {self.devices!r}")
 
 
 class _Template(string.Formatter):
@@ -274,7 +283,8 @@ def device_record(stack, index: int, style: ToolStyle) -> dict:
         "uuid": device_uuid(spec.name, index),
         "bus_id": "",
         "native": dict(props.native),
-        "tool": {**{k: first + index * step for k, (first, step) in style.numbering.items()},
+        "tool": {**{k: first + (0 if dev.partition is not None and k in style.partitions.per_chip
+                                else index) * step for k, (first, step) in style.numbering.items()},
                  **{k: style.field(k, props.target) for k in style.fields}},
     }
     rec["tool"]["partition_state"] = style.partitions.state[dev.partition is not None]
@@ -334,6 +344,34 @@ def partition_record(stack, index: int, style: ToolStyle) -> dict:
             **{k: first + index * step for k, (first, step) in style.partitions.numbering.items()}}
 
 
+def chip_record(stack, style: ToolStyle) -> dict:
+    """A partitioned stack's chip as one device record (what a tool that lists the chip
+    shows): partition 0's record with the chip's name, units and memory, its memory used,
+    power and ECC errors summed over the partitions (plus the static power of units no
+    partition holds), its temperature the hottest partition's and its utilisation their mean."""
+    recs = [device_record(stack, i, style) for i in range(len(stack.devices))]
+    rec = dict(recs[0])
+    dev = stack.devices[0]
+    chip = load_spec(stack.config.spec)
+    native = stack.driver.native_properties(dev, rec["target"])
+    rec.update(native=native, compute_units=chip.compute_units, memory_total_bytes=chip.hbm_bytes,
+               memory_used_bytes=sum(r["memory_used_bytes"] for r in recs),
+               # units no partition holds still draw their static power
+               power_w=sum(r["power_w"] for r in recs) + chip.power["static_w"] * (
+                   1 - sum(d.spec.compute_units for d in stack.devices) / chip.compute_units),
+               power_cap_w=chip.board_power_w,
+               ecc_uncorrected=sum(r["ecc_uncorrected"] for r in recs),
+               ecc_corrected=sum(r["ecc_corrected"] for r in recs),
+               temperature_c=max(r["temperature_c"] for r in recs),
+               utilization_pct=sum(r["utilization_pct"] for r in recs) / len(recs),
+               lost=any(r["lost"] for r in recs))
+    view = view_of(rec, style)
+    del view["name"], view["bus_id"]
+    fmt = _Template(style.vendor)
+    rec["name"] = fmt(style.device_name, view)
+    return rec
+
+
 def snapshot(stack, style: ToolStyle | None = None) -> dict:
     """The ``fornax.devices/1`` document of a composed stack (with ``partition`` when the
     stack's chip is partitioned: the layout and one record per partition)."""
@@ -350,6 +388,8 @@ def snapshot(stack, style: ToolStyle | None = None) -> dict:
                             "select": family.facts["driver"].get("partitions", {}).get("select", ""),
                             "partitions": [partition_record(stack, i, style)
                                            for i in range(len(lay.partitions))]}
+        if style.partitions.devices == "chip":
+            doc["partition"]["chip"] = chip_record(stack, style)
     return doc
 
 
@@ -433,7 +473,8 @@ LAYOUTS = {"grid": _grid, "columns": _columns, "lines": _lines}
 def render(doc: dict, style: ToolStyle) -> str:
     """The ``fornax.devices/1`` document as the family's tool prints it (sections blank-line apart)."""
     fmt = _Template(style.vendor)
-    views = [view_of(rec, style) for rec in doc["devices"]]
+    shown = [doc["partition"]["chip"]] if "chip" in doc.get("partition", {}) else doc["devices"]
+    views = [view_of(rec, style) for rec in shown]
     out = ["\n".join(LAYOUTS[sec["layout"]](sec, views, fmt)) for sec in style.sections]
     if "partition" in doc:
         parts = [dict(p, tool_name=style.name) for p in doc["partition"]["partitions"]]

@@ -15,6 +15,7 @@ from fornax.cli.main import main
 from fornax.scenarios import drill as d
 from fornax.schemas import validate
 from fornax.sim.chip import Chip
+from fornax.sim.spec import load_spec
 from fornax.stack import compose, make_config
 
 MIB = 2**20
@@ -49,8 +50,14 @@ def test_devices_shows_the_partitions_in_the_family_style(vendor, spec, layout, 
         assert rec["memory_total_mib"] == dev.spec.hbm_bytes // MIB == part["memory_total_bytes"] // MIB
         assert rec["compute_units"] == part["compute_units"] == dev.spec.compute_units
     assert doc["partition"]["select"] and doc["partition"]["source"]
+    assert len({dev["bus_id"] for dev in doc["devices"]}) == 1     # one chip, one PCI address
     if vendor == "cuda-like":                  # cudaDeviceProp.name of a MIG device
         assert doc["devices"][0]["name"] == "fornax h100-like (sm_90) MIG 3g.40gb"
+        chip = doc["partition"]["chip"]        # nvidia-smi lists the GPU once, MIG mode on
+        assert chip["memory_total_bytes"] == load_spec(spec).hbm_bytes
+        assert chip["name"] == "fornax h100-like (sm_90)" and out.count("Enabled") == 1
+    else:
+        assert "chip" not in doc["partition"]
     plain = json.loads(run("devices", "--vendor", vendor, "--spec", spec, "--json")[1])
     assert "partition" not in plain
 
