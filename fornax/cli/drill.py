@@ -75,11 +75,13 @@ def drill(families, faults, front_ends, spec, partition, as_json, trace_dir, deb
         for col in ("fault", "family", "front", "code raised", "recovery") + (("scope", "neighbour")
                                                                               if partition else ()):
             t.add_column(col, overflow="fold")
-        t.add_column("detected recovered identical", no_wrap=True)
+        t.add_column("detected recovered identical" + (" isolated" if partition else ""), no_wrap=True)
         for r in doc["rows"]:
-            marks = " ".join("yes" if r[k] else "[red]NO[/red]"
-                             for k in ("detected", "recovered", "identical"))
             part = r.get("partition")
+            checks = [r[k] for k in ("detected", "recovered", "identical")]
+            if partition:                  # the neighbour saw what the mode says
+                checks.append(part is None or part["isolated"])
+            marks = " ".join("yes" if ok else "[red]NO[/red]" for ok in checks)
             extra = (part["scope"], escape(part["neighbour"])) if part else ("—", "—") if partition else ()
             t.add_row(r["fault"], r["family"], r["front_end"], escape(r["code"] or "—"),
                       escape(r["recovery"]), *extra, marks)

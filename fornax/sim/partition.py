@@ -131,11 +131,12 @@ def _bad(where: str, message: str) -> SpecError:
     return SpecError(f"chip spec {where}: [partitions] {message}")
 
 
-def _keys(table: Any, allowed: set[str], where: str, what: str) -> dict[str, Any]:
+def _keys(table: Any, allowed: set[str] | None, where: str, what: str) -> dict[str, Any]:
+    """``table`` if it is a table whose keys are all in ``allowed`` (None: any key)."""
     if not isinstance(table, dict):
         raise _bad(where, f"{what} must be a table, got {table!r}")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
+    unknown = sorted(set(table) - allowed) if allowed is not None else []
+    if unknown and allowed is not None:
         raise _bad(where, f"{what} has unknown key(s) {', '.join(unknown)}; it takes "
                           f"{', '.join(sorted(allowed))}")
     return table
@@ -187,8 +188,7 @@ def _mode(name: str, data: Any, where: str, spec: dict[str, Any], memory: dict[s
     media = spec.get("media")
     kinds = tuple(e.kind for e in media.engines) if media is not None else ()
     profiles = {p: _profile(p, v, where, spec["compute_units"], spec["copy_engines"], kinds)
-                for p, v in _keys(d.get("profiles"), set(d.get("profiles") or {}), where,
-                                  f"{what} profiles").items()}
+                for p, v in _keys(d.get("profiles"), None, where, f"{what} profiles").items()}
     if not profiles:
         raise _bad(where, f"{what} declares no profiles")
     faults = _keys(d.get("faults"), set(SCOPED_FAULTS), where, f"{what} faults (fault kinds)")
@@ -221,6 +221,9 @@ def _mode(name: str, data: Any, where: str, spec: dict[str, Any], memory: dict[s
     only = next(iter(profiles.values()))
     if instances > only.max_instances:
         raise _bad(where, f"{what} has {instances} instances; its profile allows {only.max_instances}")
+    if instances * only.compute_units > spec["compute_units"] or instances * only.memory > 1:
+        raise _bad(where, f"{what}: {instances} x {only.name} ({only.compute_units} units, memory "
+                          f"{only.memory:g}) is more than the chip ({spec['compute_units']} units, memory 1)")
     return dataclasses.replace(mode, instances=instances)
 
 
@@ -230,9 +233,9 @@ def parse_partitions(data: Any, where: str, spec: dict[str, Any]) -> PartitionTa
     d = _keys(data, _TABLE_KEYS, where, "the table")
     memory = {n: MemoryMode(n, _count(_keys(v, _MEMORY_KEYS, where, f"memory mode {n!r}").get("domains"),
                                       where, f"memory mode {n!r} domains"), str(v.get("description", "")))
-              for n, v in _keys(d.get("memory", {}), set(d.get("memory") or {}), where, "memory").items()}
+              for n, v in _keys(d.get("memory", {}), None, where, "memory").items()}
     modes = {n: _mode(n, v, where, spec, memory)
-             for n, v in _keys(d.get("modes"), set(d.get("modes") or {}), where, "modes").items()}
+             for n, v in _keys(d.get("modes"), None, where, "modes").items()}
     if not modes:
         raise _bad(where, "declares no modes")
     names = [p for m in modes.values() for p in m.profiles if m.choose == "profiles"]

@@ -79,6 +79,9 @@ def test_the_report_names_the_partition():
     assert (part["layout"], part["mode"], part["memory_mode"], len(part["partitions"])) == (
         "qpx/nps4", "qpx", "nps4", 4)
     assert rep["costs"]["spec_hbm_bytes"] == part["partitions"][0]["hbm_bytes"] == 48_000_000_000 // 65536 * 65536
+    code, out, _ = run("compose", "--vendor", "rocm-like", "--spec", "mi300x-like", "--partition",
+                       "qpx/nps4", "--workload", "mlp")
+    assert code == 0 and "partition: qpx/nps4 (4 partition(s))" in out
 
 
 def test_the_torch_device_and_the_jax_client_are_a_partition():
@@ -139,6 +142,9 @@ def test_the_drill_fails_a_chip_that_does_not_spread_an_uncontained_error(monkey
     row = d.drill_row("ecc_uncontained", "cuda-like", "graph", spec="h100-like", partition="1g.10gb:2")
     assert not row.ok and row.partition["scope"] == "device"
     assert row.partition["neighbour"].startswith("running") and not row.partition["isolated"]
+    code, out, _ = run("drill", "--vendor", "cuda-like", "--spec", "h100-like", "--partition",
+                       "1g.10gb:2", "--front-end", "graph", "--fault", "ecc_uncontained")
+    assert code == 1 and "yes yes yes NO" in out and "FAILED ecc_uncontained / cuda-like" in out
 
 
 def test_qualify_on_a_partition():

@@ -15,6 +15,7 @@ from fornax.sim.cost import kernel_cost
 from fornax.sim.counters import Counters
 from fornax.sim.faults import FaultPlan, FaultSpec, SpecError
 from fornax.sim.layout import layout
+from fornax.sim.partition import parse_partitions
 from fornax.sim.spec import load_spec
 from fornax.stack import compose, load_config, make_config
 
@@ -116,11 +117,21 @@ max_instances = 2
     (("peer = true", "peer = true\nwarp = 1"), "unknown key\\(s\\) warp"),
     (("uncontained = \"device\"", "uncontained = \"everywhere\""), "must be one of partition, device"),
     (("memory = 0.5", "memory = 1.5"), "fraction of the chip in \\(0, 1\\]"),
+    (("compute_units = 2", "compute_units = 3"), "2 x half \\(3 units, memory 0.5\\) is more than the chip"),
 ])
 def test_a_malformed_partitions_table_is_refused(tmp_path, change, message):
     assert load_spec(_spec_file(tmp_path, GOOD)).partitions.modes["halves"].instances == 2
     with pytest.raises(SpecError, match=message):
         load_spec(_spec_file(tmp_path, GOOD.replace(*change)))
+
+
+def test_a_partitions_table_that_is_not_tables_is_refused():
+    chip = {"compute_units": 4, "copy_engines": 2, "media": None}
+    for bad, message in (({"modes": 5}, "modes must be a table, got 5"),
+                         ({"modes": {"a": {"choose": "mode", "profiles": 3}}}, "mode 'a' profiles must be a table"),
+                         ({"modes": {}}, "declares no modes")):
+        with pytest.raises(SpecError, match=message):
+            parse_partitions(bad, "chip.toml", chip)
 
 
 def test_work_in_one_partition_never_sees_another_s_memory(h100):
