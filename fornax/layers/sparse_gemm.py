@@ -25,6 +25,7 @@ values ``[m, k/2]`` from its start and the int32 metadata ``[m, ceil(k/32)]`` fr
 ``c_col``              C is stored column-major (``n x m`` row-major: ``F.linear``'s output)
 ``alpha``              scale of the product (default 1)
 ``bias``               device address of ``m`` elements of the output dtype, one per row of A
+``workspace_limit``    most bytes of float32 split-K partials (default: the library's)
 =====================  ====================================================================
 
 Every call but the size query is a device kernel, ordered on ``stream``: prune and compress
@@ -50,7 +51,7 @@ from .binary import KernelBinary, ShippedImage
 from .call_record import CallRecord
 from .driver import Module
 from .errors import ErrorTable, FornaxError
-from .gemm import GemmRoutines
+from .gemm import Algorithm, GemmRoutines
 from .runtime import Runtime, Stream
 
 #: the metadata starts at this alignment inside the compressed buffer
@@ -73,7 +74,7 @@ class SparseGemmRoutines(GemmRoutines):
         e = facts.get("errors")
         self._sparse_errors = None if e is None else ErrorTable(
             e["api"], e["codes"], e["conditions"], seam="library", vendor=self.vendor)
-        self._sparse_programs: dict[sparse_kernel.SparseVariant, isa.Program] = {}
+        self._sparse_programs: dict[sparse_kernel.SparseVariant, tuple[isa.Program, isa.Program | None]] = {}
         self._sparse_images: dict[tuple[sparse_kernel.SparseVariant, str, str], KernelBinary] = {}
         self._prep_programs: dict[tuple[str, str], isa.Program] = {}
         self._prep_images: dict[tuple[tuple[str, str], str, str], KernelBinary] = {}
@@ -261,19 +262,29 @@ class SparseGemmRoutines(GemmRoutines):
                                     "metadata_bytes": m * sparsity.metadata_words(k) * 4})
 
     # -- the device kernel -----------------------------------------------------------------
-    def _sparse_variant(self, m: int, n: int, dtype: str, out: str,
-                        bias: bool) -> tuple[sparse_kernel.SparseVariant, str, str]:
-        plain = [a for a in self._candidates(dtype) if a.split_k == 1]
-        algo, why = self.choose(m, n, 1, None, dtype, plain)
-        bm, bn, bk = algo.effective(dtype)
+    def _sparse_variant(self, m: int, n: int, k: int, dtype: str, out: str, bias: bool,
+                        limit: int) -> tuple[sparse_kernel.SparseVariant, str, str]:
+        """The tile (and split-K) of a matmul: the library's GEMM heuristic over its algorithms
+        (cuSPARSELt picks split-K the same way, by filling the device), with each K slice a
+        whole number of metadata words and its float32 partials within ``limit`` bytes."""
         step = isa.SPARSE_K_PER_WORD
-        bk = max(step, -(-bk // step) * step)
-        return sparse_kernel.SparseVariant(dtype, out, (bm, bn, bk), bias), algo.name, why
 
-    def _sparse_program(self, v: sparse_kernel.SparseVariant) -> isa.Program:
+        def workspace(a: Algorithm) -> int:
+            return a.split_k * m * n * 4 if a.split_k > 1 else 0
+        candidates = [a for a in self._candidates(dtype, workspace, limit)
+                      if a.split_k == 1 or (k // a.split_k) % step == 0]
+        algo, why = self.choose(m, n, 1, k, dtype, candidates)
+        bm, bn, bk = algo.effective(dtype)
+        bk = max(step, -(-bk // step) * step)
+        v = sparse_kernel.SparseVariant(dtype, out, (bm, bn, bk), bias, algo.split_k)
+        return v, algo.name, why
+
+    def _sparse_programs_of(self, v: sparse_kernel.SparseVariant) -> tuple[isa.Program, isa.Program | None]:
         if v not in self._sparse_programs:
-            self._sparse_programs[v] = sparse_kernel.program(
-                f"{self.sparse_facts['name']}_spmma_{v.tag()}", v, self.group_size)
+            base = f"{self.sparse_facts['name']}_spmma_{v.tag()}"
+            self._sparse_programs[v] = (
+                sparse_kernel.program(base, v, self.group_size),
+                sparse_kernel.reduce_program(f"{base}_reduce", v, self.group_size) if v.split > 1 else None)
         return self._sparse_programs[v]
 
     def _sparse_module(self, v: sparse_kernel.SparseVariant) -> tuple[Module, ShippedImage]:
@@ -282,8 +293,8 @@ class SparseGemmRoutines(GemmRoutines):
                                 self.runtime.driver.loadable_formats(dev))
         key = (v, image["format"], image["target"])
         if key not in self._sparse_images:
-            self._sparse_images[key] = self.build([self._sparse_program(v)], image["format"],
-                                                  image["target"])
+            self._sparse_images[key] = self.build([p for p in self._sparse_programs_of(v) if p is not None],
+                                                  image["format"], image["target"])
         return self.runtime.load_module(self._sparse_images[key]), image
 
     def _matmul_problem(self, params: dict[str, Any]) -> tuple[dict[str, Any], sparse_kernel.SparseVariant, str, str]:
@@ -312,53 +323,76 @@ class SparseGemmRoutines(GemmRoutines):
         if bias is not None and not _is_int(bias):
             raise self._sparse_error("invalid_argument", call, f"bias must be a device address, "
                                      f"got {bias!r}")
-        v, algo, why = self._sparse_variant(sizes["m"], sizes["n"], dtype, str(out), bias is not None)
+        limit = params.get("workspace_limit", self.workspace_limit)
+        if not _is_int(limit) or limit < 0:
+            raise self._sparse_error("invalid_argument", call, "workspace_limit must be a "
+                                     f"non-negative integer, got {limit!r}")
+        v, algo, why = self._sparse_variant(sizes["m"], sizes["n"], sizes["k"], dtype, str(out),
+                                            bias is not None, int(limit))
         problem = {**sizes, **flags, "alpha": float(alpha), "bias": bias}
         return problem, v, algo, why
 
     @staticmethod
-    def _scalars(p: dict[str, Any]) -> dict[str, Any]:
+    def _scalars(p: dict[str, Any], v: sparse_kernel.SparseVariant) -> dict[str, Any]:
         m, n, k = p["m"], p["n"], p["k"]
         b_rs, b_cs = (1, k) if p["trans_b"] else (n, 1)
         c_rs, c_cs = (1, m) if p["c_col"] else (n, 1)
         return {"m": m, "n": n, "k": k, "kh": k // 2, "kw": sparsity.metadata_words(k),
-                "b_rs": b_rs, "b_cs": b_cs, "c_rs": c_rs, "c_cs": c_cs, "alpha": p["alpha"]}
+                "b_rs": b_rs, "b_cs": b_cs, "c_rs": c_rs, "c_cs": c_cs, "alpha": p["alpha"],
+                "ks": k // v.split}
 
     def sparse_matmul(self, a: int, b: int, c: int, params: dict[str, Any],
                       stream: Stream | None = None) -> CallRecord:
         """``C = alpha * A @ op(B) + bias`` from the compressed A at ``a`` (see the module
-        docstring for ``params``); C is written, never read."""
+        docstring for ``params``); C is written, never read.  A split-K choice allocates its
+        float32 partials on ``stream`` and frees them before returning (the record's
+        ``workspace``)."""
         p, v, algo, why = self._matmul_problem(params)
         module, image = self._sparse_module(v)
-        name = self._sparse_program(v).name
+        main, red = self._sparse_programs_of(v)
         values = sparsity.compressed_bytes(p["m"], p["k"], isa.np_dtype(v.dtype).itemsize)[0]
-        args = {"a": a, "e": a + _meta_offset(values), "b": b, "c": c, **self._scalars(p)}
+        args = {"a": a, "e": a + _meta_offset(values), "b": b, "c": c, **self._scalars(p, v)}
         if p["bias"] is not None:
             args["bias"] = int(p["bias"])
-        self.runtime.launch(module, name, sparse_kernel.grid(v, p["m"], p["n"]), args, stream)
+        g_main, g_red = sparse_kernel.grids(v, p["m"], p["n"])
+        rt, ws_bytes = self.runtime, sparse_kernel.workspace_bytes(v, p["m"], p["n"])
+        if red is None or g_red is None:
+            rt.launch(module, main.name, g_main, args, stream)
+        else:
+            ws = rt.malloc(ws_bytes, stream)
+            try:
+                rt.launch(module, main.name, g_main, {**args, "c": ws}, stream)
+                rt.launch(module, red.name, g_red, {**args, "ws": ws}, stream)
+            finally:
+                rt.free(ws)
         options = {"dtype": v.dtype, "out_dtype": v.out, "trans_b": p["trans_b"],
                    "c_col": p["c_col"], "alpha": p["alpha"], "bias": p["bias"] is not None,
-                   "tile": list(v.tile), "algorithm": algo, "sparsity": "2:4"}
+                   "tile": list(v.tile), "split_k": v.split, "algorithm": algo, "sparsity": "2:4"}
         rec = CallRecord("sparse_matmul", f"{self._call('matmul')} {algo}",
                          f"2:4 sparse tile {'x'.join(map(str, v.tile))} from {why}",
                          f"{image['format']}:{image['target']}", (1, p["m"], p["n"], p["k"]),
-                         options=options)
+                         ws_bytes, options=options)
         self.calls.append(rec)
         return rec
 
     def sparse_predict(self, params: dict[str, Any]) -> float:
-        """Simulated seconds of :meth:`sparse_matmul` on ``params`` (its kernel's estimate priced
-        by the cost model with the current device's spec), running nothing."""
+        """Simulated seconds of :meth:`sparse_matmul` on ``params`` (its kernels' estimates
+        priced by the cost model with the current device's spec), running nothing."""
         p, v, _, _ = self._matmul_problem(params)
-        prog = self._sparse_program(v)
+        main, red = self._sparse_programs_of(v)
         values = sparsity.compressed_bytes(p["m"], p["k"], isa.np_dtype(v.dtype).itemsize)[0]
         item = isa.np_dtype(v.dtype).itemsize
         b0 = _meta_offset(values) + p["m"] * sparsity.metadata_words(p["k"]) * 4
         c0 = b0 + p["k"] * p["n"] * item
-        args = {"a": 0, "e": _meta_offset(values), "b": b0, "c": c0, "bias": c0,
-                **self._scalars(p)}
-        counters = estimate_counters(prog, sparse_kernel.grid(v, p["m"], p["n"]), args)
-        return kernel_cost(self._spec(), counters, prog.meta).duration_s
+        ws = c0 + p["m"] * p["n"] * 4
+        args = {"a": 0, "e": _meta_offset(values), "b": b0, "c": ws if red else c0, "bias": c0,
+                "ws": ws, **self._scalars(p, v)}
+        g_main, g_red = sparse_kernel.grids(v, p["m"], p["n"])
+        spec = self._spec()
+        total = kernel_cost(spec, estimate_counters(main, g_main, args), main.meta).duration_s
+        if red is not None and g_red is not None:
+            total += kernel_cost(spec, estimate_counters(red, g_red, {**args, "c": c0}), red.meta).duration_s
+        return total
 
 
 def _meta_offset(values_bytes: int) -> int:

@@ -1,6 +1,6 @@
 """The 2:4 structured-sparse GEMM kernel a library ships, as a tile-ISA program.
 
-One launch computes::
+One launch (or, split-K, a launch of float32 partials per K slice and a reduction) computes::
 
     C = act_none(alpha * expand(A_values, A_metadata) @ B + bias)
 
@@ -36,16 +36,25 @@ class SparseVariant:
     out: str                         # C
     tile: tuple[int, int, int]       # (bm, bn, bk); bk a multiple of 32 (whole metadata words)
     bias: bool = False
+    split: int = 1                   # split-K slices (float32 partials, then a reduction)
 
     def tag(self) -> str:
         bm, bn, bk = self.tile
-        return "_".join([self.dtype, self.out, f"{bm}x{bn}x{bk}", "sp24"] + (["bias"] if self.bias else []))
+        parts = [self.dtype, self.out, f"{bm}x{bn}x{bk}", "sp24"] + (["bias"] if self.bias else [])
+        return "_".join(parts + ([f"splitk{self.split}"] if self.split > 1 else []))
 
 
-def grid(v: SparseVariant, m: int, n: int) -> Grid:
-    """The launch grid ``(ceil(n/bn), ceil(m/bm), 1)``."""
+def grids(v: SparseVariant, m: int, n: int) -> tuple[Grid, Grid | None]:
+    """Launch grids of the main kernel ``(ceil(n/bn), ceil(m/bm), split)`` and, for split-K,
+    of the reduction ``(ceil(n/bn), ceil(m/bm), 1)``."""
     bm, bn, _ = v.tile
-    return -(-n // bn), -(-m // bm), 1
+    gx, gy = -(-n // bn), -(-m // bm)
+    return (gx, gy, v.split), ((gx, gy, 1) if v.split > 1 else None)
+
+
+def workspace_bytes(v: SparseVariant, m: int, n: int) -> int:
+    """Bytes of float32 partials a split-K launch needs (0 in one pass)."""
+    return v.split * m * n * 4 if v.split > 1 else 0
 
 
 def _reg(name: str | None) -> str:
@@ -53,30 +62,66 @@ def _reg(name: str | None) -> str:
     return name
 
 
+class _Gen:
+    """The pieces both kernels share: scalars, the output tile's indices, the epilogue."""
+
+    def __init__(self, name: str, v: SparseVariant):
+        self.kb = KernelBuilder(name)
+        self.v = v
+
+    def scalar(self, n: str, dtype: str = "int64") -> str:
+        self.kb.param(n, "scalar", dtype)
+        return _reg(self.kb.emit(isa.ScalarArg(self.kb.reg(), n)))
+
+    def tile(self, m_r: str, n_r: str) -> tuple[str, str, str, str]:
+        kb, (bm, bn, _) = self.kb, self.v.tile
+        pid_n, pid_m = kb.pid(0), kb.pid(1)
+        rm = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_m, bm), kb.arange(bm))), (bm, 1))))
+        rn = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_n, bn), kb.arange(bn))), (1, bn))))
+        return rm, rn, kb.binary("lt", rm, m_r), kb.binary("lt", rn, n_r)
+
+    def epilogue(self, acc: str, pc: str, pbias: str | None, rm: str, rn: str, mask_m: str,
+                 mask_n: str) -> int:
+        """``alpha * acc + bias`` rounded to the output dtype and stored through the strides
+        ``c_rs c_cs``; returns the vector operations per output."""
+        kb = self.kb
+        c_rs, c_cs, alpha = self.scalar("c_rs"), self.scalar("c_cs"), self.scalar("alpha", "float32")
+        start = len(kb.body)
+        x = kb.binary("mul", acc, alpha)
+        if pbias is not None:
+            bias = _reg(kb.emit(isa.Load(kb.reg(), pbias, rm, mask_m)))
+            x = kb.binary("add", x, _reg(kb.emit(isa.Convert(kb.reg(), bias, "float32"))))
+        ops = sum(isinstance(i, isa.Binary) for i in kb.body[start:])
+        c_off = kb.binary("add", kb.binary("mul", rm, c_rs), kb.binary("mul", rn, c_cs))
+        kb.emit(isa.Store(pc, c_off, _reg(kb.emit(isa.Convert(kb.reg(), x, self.v.out))),
+                          kb.binary("and", mask_m, mask_n)))
+        return ops
+
+
 def program(name: str, v: SparseVariant, group_size: int) -> isa.Program:
-    """The kernel.  Parameters: ``a`` (values), ``e`` (metadata), ``b``, [``bias``], ``c``,
-    then the scalars ``m n k kh kw b_rs b_cs c_rs c_cs alpha`` (``kh = k/2`` values and
-    ``kw`` metadata words per row of A)."""
-    kb = KernelBuilder(name)
+    """The main kernel.  Parameters: ``a`` (values), ``e`` (metadata), ``b``, [``bias``],
+    ``c`` (the output, or the float32 partials of split-K), then the scalars ``m n k kh kw
+    b_rs b_cs`` (``kh = k/2`` values and ``kw`` metadata words per row of A), ``ks`` (K per
+    slice) for split-K, else ``c_rs c_cs alpha``."""
+    g = _Gen(name, v)
+    kb = g.kb
     bm, bn, bk = v.tile
+    split = v.split > 1
     if bk % isa.SPARSE_K_PER_WORD:
         raise ValueError(f"a sparse tile's k depth must be a multiple of {isa.SPARSE_K_PER_WORD}, got {bk}")
     pa, pe = kb.param("a", "ptr", v.dtype), kb.param("e", "ptr", "int32")
     pb = kb.param("b", "ptr", v.dtype)
-    pbias = kb.param("bias", "ptr", v.out) if v.bias else None
-    pc = kb.param("c", "ptr", v.out)
-
-    def scalar(n: str, dtype: str = "int64") -> str:
-        kb.param(n, "scalar", dtype)
-        return _reg(kb.emit(isa.ScalarArg(kb.reg(), n)))
-
-    m_r, n_r, k_r, kh_r, kw_r = (scalar(s) for s in ("m", "n", "k", "kh", "kw"))
-    b_rs, b_cs, c_rs, c_cs = (scalar(s) for s in ("b_rs", "b_cs", "c_rs", "c_cs"))
-    alpha = scalar("alpha", "float32")
-    pid_n, pid_m = kb.pid(0), kb.pid(1)
-    rm = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_m, bm), kb.arange(bm))), (bm, 1))))
-    rn = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_n, bn), kb.arange(bn))), (1, bn))))
-    mask_m, mask_n = kb.binary("lt", rm, m_r), kb.binary("lt", rn, n_r)
+    pbias = kb.param("bias", "ptr", v.out) if v.bias and not split else None
+    pc = kb.param("c", "ptr", "float32" if split else v.out)
+    m_r, n_r, k_r, kh_r, kw_r = (g.scalar(s) for s in ("m", "n", "k", "kh", "kw"))
+    b_rs, b_cs = g.scalar("b_rs"), g.scalar("b_cs")
+    rm, rn, mask_m, mask_n = g.tile(m_r, n_r)
+    if split:                       # slice pid_z covers K from pid_z * ks, whole metadata words
+        ks = g.scalar("ks")
+        k0: str | None = kb.binary("mul", kb.pid(2), ks)
+        stop = ks
+    else:
+        k0, stop = None, k_r
     half, words = bk // 2, bk // isa.SPARSE_K_PER_WORD
     r_half = _reg(kb.emit(isa.Reshape(kb.reg(), kb.arange(half), (1, half))))
     r_word = _reg(kb.emit(isa.Reshape(kb.reg(), kb.arange(words), (1, words))))
@@ -84,9 +129,10 @@ def program(name: str, v: SparseVariant, group_size: int) -> isa.Program:
     acc = _reg(kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, "float32"), (bm, bn))))
     loop_start = len(kb.body)
     kvar = "%k"
-    kh = kb.binary("add", r_half, kb.binary("floordiv", kvar, kb.const(2, "int64")))
-    kw = kb.binary("add", r_word, kb.binary("floordiv", kvar, kb.const(isa.SPARSE_K_PER_WORD, "int64")))
-    kk = kb.binary("add", r_k, kvar)
+    kabs = _reg(kb.iadd(kvar, k0))
+    kh = kb.binary("add", r_half, kb.binary("floordiv", kabs, kb.const(2, "int64")))
+    kw = kb.binary("add", r_word, kb.binary("floordiv", kabs, kb.const(isa.SPARSE_K_PER_WORD, "int64")))
+    kk = kb.binary("add", r_k, kabs)
     a_off = kb.binary("add", kb.binary("mul", rm, kh_r), kh)
     e_off = kb.binary("add", kb.binary("mul", rm, kw_r), kw)
     b_off = kb.binary("add", kb.binary("mul", kk, b_rs), kb.binary("mul", rn, b_cs))
@@ -97,23 +143,56 @@ def program(name: str, v: SparseVariant, group_size: int) -> isa.Program:
     body = tuple(kb.body[loop_start:])
     del kb.body[loop_start:]
     kb.body.extend(i for i in body if isinstance(i, isa.Const))      # hoist loop constants
-    kb.emit(isa.Loop(kvar, 0, k_r, bk, tuple(i for i in body if not isinstance(i, isa.Const))))
-    start = len(kb.body)
-    x = kb.binary("mul", acc, alpha)
-    if pbias is not None:
-        bias = _reg(kb.emit(isa.Load(kb.reg(), pbias, rm, mask_m)))
-        x = kb.binary("add", x, _reg(kb.emit(isa.Convert(kb.reg(), bias, "float32"))))
-    ops = sum(isinstance(i, isa.Binary) for i in kb.body[start:])
-    c_off = kb.binary("add", kb.binary("mul", rm, c_rs), kb.binary("mul", rn, c_cs))
-    kb.emit(isa.Store(pc, c_off, _reg(kb.emit(isa.Convert(kb.reg(), x, v.out))),
-                      kb.binary("and", mask_m, mask_n)))
+    kb.emit(isa.Loop(kvar, 0, stop, bk, tuple(i for i in body if not isinstance(i, isa.Const))))
     isz, out_item = ITEMSIZE[v.dtype], ITEMSIZE[v.out]
+    if split:                       # partials of slice s at s * m*n, row-major
+        base = kb.binary("mul", kb.pid(2), kb.binary("mul", m_r, n_r))
+        off = kb.binary("add", base, kb.binary("add", kb.binary("mul", rm, n_r), rn))
+        kb.emit(isa.Store(pc, off, acc, kb.binary("and", mask_m, mask_n)))
+        per: dict[str, object] = {"bytes_written": 4}
+    else:
+        ops = g.epilogue(acc, pc, pbias, rm, rn, mask_m, mask_n)
+        per = {"vector_flops": {"float32": ops}, "bytes_written": out_item,
+               "bytes_read": out_item / bn if v.bias else 0}
     smem = bm * half * isz + bm * words * 4 + bk * bn * isz
     prog = kb.program(group_size=group_size, kind="gemm", tile=[bm, bn, bk], shared_memory=smem,
                       registers=-(-bm * bn // group_size) + POINTWISE_REGISTERS, sparsity=SPARSITY)
     prog.meta["estimate"] = {
-        "kind": "gemm", "m": "m", "n": "n", "k": "k", "batch": "grid", "dtype": v.dtype,
-        "tile": [bm, bn, bk], "b_batched": False, "sparse": True,
-        "per_output": {"vector_flops": {"float32": ops}, "bytes_written": out_item,
-                       "bytes_read": out_item / bn if v.bias else 0}}
+        "kind": "gemm", "m": "m", "n": "n", "k": "ks" if split else "k", "batch": "grid",
+        "dtype": v.dtype, "tile": [bm, bn, bk], "b_batched": False, "sparse": True,
+        "per_output": per}
+    return prog
+
+
+def reduce_program(name: str, v: SparseVariant, group_size: int) -> isa.Program:
+    """The split-K reduction: adds the ``split`` float32 partials of each output in slice
+    order (deterministic), then the epilogue.  Parameters ``ws``, [``bias``], ``c``, scalars
+    ``m n c_rs c_cs alpha``."""
+    g = _Gen(name, v)
+    kb = g.kb
+    pws = kb.param("ws", "ptr", "float32")
+    pbias = kb.param("bias", "ptr", v.out) if v.bias else None
+    pc = kb.param("c", "ptr", v.out)
+    m_r, n_r = g.scalar("m"), g.scalar("n")
+    rm, rn, mask_m, mask_n = g.tile(m_r, n_r)
+    within = kb.binary("add", kb.binary("mul", rm, n_r), rn)
+    mn = kb.binary("mul", m_r, n_r)
+    mask = kb.binary("and", mask_m, mask_n)
+    bm, bn, _ = v.tile
+    acc = _reg(kb.emit(isa.Broadcast(kb.reg(), kb.const(0.0, "float32"), (bm, bn))))
+    loop_start = len(kb.body)
+    part = _reg(kb.emit(isa.Load(kb.reg(), pws, kb.binary("add", kb.binary("mul", "%s", mn), within), mask)))
+    kb.emit(isa.Binary(acc, "add", acc, part))
+    body = tuple(kb.body[loop_start:])
+    del kb.body[loop_start:]
+    kb.emit(isa.Loop("%s", 0, v.split, 1, body))
+    ops = g.epilogue(acc, pc, pbias, rm, rn, mask_m, mask_n)
+    out_item = ITEMSIZE[v.out]
+    prog = kb.program(group_size=group_size, kind="pointwise", registers=POINTWISE_REGISTERS,
+                      shared_memory=0)
+    prog.meta["estimate"] = {
+        "kind": "outputs", "m": "m", "n": "n",
+        "per_output": {"vector_flops": {"float32": v.split + ops},
+                       "bytes_read": 4 * v.split + (out_item / bn if v.bias else 0),
+                       "bytes_written": out_item}}
     return prog
