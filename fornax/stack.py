@@ -256,6 +256,11 @@ def make_config(vendor: str | None = None, seams: dict[str, str] | None = None,
                           hint="a mesh links every pair of devices (real ones join 8); use the "
                                "switch or ring topology for more" if cfg.topology == "mesh" else
                                f"simulate at most {MAX_DEVICES} devices per process")
+    if cfg.partition is not None and cfg.parallel is not None:
+        raise ConfigError(f"--parallel {cfg.parallel} runs one rank per chip (--devices N), not over the "
+                          f"partitions of one chip ({cfg.partition!r})",
+                          hint="drop --partition to run ranks on whole chips, or drop --parallel to run "
+                               "on partition 0")
     if cfg.partition is not None and cfg.devices != 1:
         raise ConfigError(f"partition {cfg.partition!r} splits one chip into devices, but the stack asks "
                           f"for {cfg.devices} chips", hint="drop --devices (the partitions are the "

@@ -145,7 +145,7 @@ def test_work_in_one_partition_never_sees_another_s_memory(h100):
         drv.host_read(b, ptr, 4096)
     free, total = drv.memory_info(1)
     assert total == stack.devices[1].spec.hbm_bytes < h100.hbm_bytes / 7 and free == total
-    with pytest.raises(FornaxError, match="out of device memory"):
+    with pytest.raises(FornaxError, match="out of device memory.*use a larger partition"):
         drv.allocate(a, total + 2**20)                    # more than the partition, less than the chip
 
 
@@ -200,6 +200,8 @@ def test_config_key_and_bad_input(tmp_path):
     cfg.write_text('[stack]\nvendor = "rocm-like"\npartition = 4\n')
     with pytest.raises(ConfigError, match="partition must be a string"):
         load_config(cfg)
+    with pytest.raises(ConfigError, match="runs one rank per chip"):
+        make_config("rocm-like", spec="mi300x-like", partition="cpx", parallel="dp")
     with pytest.raises(ConfigError, match="splits one chip into devices"):
         make_config("cuda-like", spec="h100-like", partition="3g.40gb", devices=2)
     with pytest.raises(ConfigError, match="valid profiles|it takes"):

@@ -79,7 +79,8 @@ class DriverMemory(ContextRules):
             mem = ctx.device.memory
             raise self.fail("out_of_memory", str(exc), call="allocate",
                             hint=f"{mem.used} of {mem.capacity} bytes in use, peak {mem.peak}; "
-                                 "free buffers or use a larger spec") from None
+                                 "free buffers or use a larger "
+                                 + ("partition" if ctx.device.partition is not None else "spec")) from None
         self.counts["allocations"] += 1
         if mem_kind is MemoryKind.MANAGED:
             granule = int(self.managed_facts.get("granularity", ctx.device.spec.page_size))
