@@ -118,9 +118,10 @@ def static_counters(program: isa.Program, grid: tuple[int, int, int],
                 else:
                     count = lanes(ins.mask, tile)
                 counts["bytes_written"] += reps * count * item
-            elif isinstance(ins, isa.Dot):
+            elif isinstance(ins, (isa.Dot, isa.SparseDot)):
+                # a 2:4 operand's [M, K/2] values stand for K columns: dense-equivalent work
                 (ta, da, _), (tb, _, _) = regs[ins.a], regs[ins.b]
-                flops("matrix_flops", da, reps * 2.0 * ta[0] * tb[1] * ta[1] * n)
+                flops("matrix_flops", da, reps * 2.0 * ta[0] * tb[1] * tb[0] * n)
                 regs[ins.dst] = (regs[ins.acc][0], ins.acc_dtype, True)
             elif isinstance(ins, isa.Loop):
                 stop = ins.stop if isinstance(ins.stop, int) else int(args[scalars[ins.stop]])
