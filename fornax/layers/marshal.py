@@ -133,6 +133,20 @@ class MarshallingLibrary:
     paged_cache_write = _forwarded("paged_cache_write")
     paged_attention = _forwarded("paged_attention")
     custom_kernel = _forwarded("custom_kernel")
+    sparse_prune = _forwarded("sparse_prune")
+    sparse_prune_check = _forwarded("sparse_prune_check")
+    sparse_compress = _forwarded("sparse_compress")
+    sparse_matmul = _forwarded("sparse_matmul")
+
+    def sparse_info(self) -> dict[str, Any]:
+        """The backend's 2:4 facts (hipSPARSELt's cuSPARSELt backend runs cuSPARSELt's calls)."""
+        return self.backend.sparse_info()
+
+    def sparse_compressed_size(self, params: dict[str, Any]) -> tuple[int, int]:
+        return self.backend.sparse_compressed_size(params)
+
+    def sparse_predict(self, params: dict[str, Any]) -> float:
+        return self.backend.sparse_predict(params)
 
     def communicator(self, devices: Sequence[int] | None = None,
                      timeout_s: float | None = None) -> Communicator:

@@ -212,3 +212,24 @@ def test_replayed_sparse_kernels_agree_with_the_interpreter_bit_for_bit():
         rt.memcpy_d2h(c, pc)
         outs.append((y.tobytes(), c.tobytes()))
     assert outs[0] == outs[1]
+
+
+def test_a_marshalled_library_forwards_the_sparse_calls():
+    # cuBLAS-like calls over the rocm-like driver run on the rocm-like library (hipSPARSELt-like)
+    stack = compose(make_config("rocm-like", seams={"library": "cuda-like"}, spec="tiny"))
+    rt, lib = stack.runtime, stack.library
+    assert lib.sparse_info()["name"] == "hipsparselt-like"
+    m = n = k = 32
+    x = (np.arange(m * k).reshape(m, k) % 7 - 3).astype(np.float32)
+    w = np.where(sparsity.prune_mask(x), x, 0).astype(BF16)
+    b = (np.arange(k * n).reshape(k, n) % 5 - 2).astype(BF16)
+    pw, pb = _upload(rt, w), _upload(rt, b)
+    p = {"m": m, "k": k, "dtype": "bfloat16"}
+    pc, py = rt.malloc(lib.sparse_compressed_size(p)[0]), rt.malloc(m * n * 4)
+    before = lib.forwarded
+    lib.sparse_compress(pw, pc, p)
+    lib.sparse_matmul(pc, pb, py, {**p, "n": n, "out_dtype": "float32"})
+    assert lib.forwarded == before + 2
+    y = np.empty((m, n), np.float32)
+    rt.memcpy_d2h(y, py)
+    np.testing.assert_array_equal(y, w.astype(np.float64) @ b.astype(np.float64))   # small integers: exact
