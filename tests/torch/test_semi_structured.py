@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import fornax.frameworks.torch as ft
 from fornax.frameworks.torch.semi_structured import (SemiStructuredWeight, prune_2to4,
                                                      to_sparse_semi_structured)
-from fornax.layers.errors import InvalidArgumentError, NotSupportedError
+from fornax.layers.errors import FornaxError, InvalidArgumentError, NotSupportedError
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,14 @@ def test_linear_and_mm_on_a_compressed_weight_match_the_pruned_dense_product(ten
     assert torch.equal(ws.to_dense().cpu().double(), pruned)
     with pytest.raises(NotImplementedError, match="aten.add.Tensor"):
         ws + 1
+    # nn.Linear on it, as PyTorch's own route is used; inference only
+    linear = torch.nn.Linear(64, 32, dtype=torch.bfloat16).to("fornax")
+    linear.weight = torch.nn.Parameter(ws, requires_grad=False)
+    out = linear(x.to("fornax")).cpu().double()
+    assert torch.allclose(out, x.double() @ pruned.T + linear.bias.detach().cpu().double(),
+                          rtol=2 ** -8, atol=2 ** -6)
+    with pytest.raises(FornaxError, match="no gradient"):
+        F.linear(x.to("fornax").requires_grad_(), ws)
 
 
 def test_a_weight_that_is_not_2to4_is_refused_with_the_family_code(tensors):

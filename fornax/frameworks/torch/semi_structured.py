@@ -8,7 +8,10 @@ cannot take it.  This module gives the same contract on the fornax device:
 e.g. with :func:`prune_2to4`), compresses it with the stack library's compress call, and
 returns a :class:`SemiStructuredWeight` tensor; ``F.linear(x, w, bias)``, ``torch.mm(w, b)``
 and ``w @ b`` on it run the library's 2:4 matmul on the compressed weight, and
-``w.to_dense()`` gives the dense (pruned) matrix back.  Any other op on it raises
+``w.to_dense()`` gives the dense (pruned) matrix back.  As with PyTorch's own route,
+``linear.weight = nn.Parameter(w, requires_grad=False)`` makes an ``nn.Linear`` run on it
+(for inference: the weight is frozen, and an input that requires a gradient is refused,
+since no gradient flows through the compressed product).  Any other op on it raises
 ``NotImplementedError`` naming the op.  A family whose library has no 2:4 GEMM refuses at
 :func:`to_sparse_semi_structured` with its own code.
 """
@@ -103,6 +106,10 @@ class SemiStructuredWeight(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),  # type: ignore[override]
                            kwargs: Any = None) -> Any:   # torch types it as a plain attribute
+        if func is torch.ops.aten.detach.default:
+            # nn.Parameter(w) detaches: the same compressed weight, outside autograd
+            w = args[0]
+            return SemiStructuredWeight(w.shape, w.dtype, w.device, w.compressed, w.library_dtype)
         raise NotImplementedError(
             f"{func} is not supported on a 2:4 SemiStructuredWeight (supported: F.linear(x, w, "
             "bias), torch.mm(w, b), w @ b, w.to_dense())")
@@ -116,6 +123,11 @@ class SemiStructuredWeight(torch.Tensor):
                               f"fornax {self.dtype} input [..., {in_f}], got {x.dtype} "
                               f"{tuple(x.shape)} on {x.device}", seam="framework", op="linear",
                               hint="move and cast the input to match the weight")
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise FornaxError("F.linear with a 2:4 SemiStructuredWeight computes no gradient, and "
+                              "the input requires one", seam="framework", op="linear",
+                              hint="run the sparse layer for inference, under torch.no_grad() or "
+                                   "torch.inference_mode()")
         session = current()
         lib = session.stack.library
         lead = tuple(x.shape[:-1])
