@@ -8,6 +8,9 @@ errors it documents (a one-line message) — never any other exception, never lo
 
 * ``stack-config``: a stack config TOML file (``fornax.stack.load_config``);
 * ``chip-spec``: a chip spec TOML file (``fornax.sim.spec.load_spec``);
+* ``chip-partitions``: a chip spec with a ``[partitions]`` table (the same loader);
+* ``partition-layout``: a partition layout (``--partition``) against the H100-like chip's
+  modes (``fornax.sim.layout.layout``);
 * ``vendor-facts``: a family's ``vendor.toml`` (``fornax.vendors.check_facts`` after
   the TOML parse, as ``load_facts`` does);
 * ``isa-binary`` / ``isa-assembly``: the tile ISA's encoded and text forms
@@ -204,6 +207,14 @@ def _load_vendor_facts(text):
     check_facts(facts, "fuzz/vendor.toml")
 
 
+def _layout(text):
+    from ..sim.layout import layout
+    from ..sim.spec import load_spec
+    if "h100-like" not in _SEEDS:
+        _SEEDS["h100-like"] = load_spec("h100-like")
+    layout(_SEEDS["h100-like"], text)
+
+
 def _load_spec(text):
     from ..sim.spec import load_spec
     path = _toml_file(text, ".toml")
@@ -230,9 +241,12 @@ def targets() -> list[Target]:
     from importlib import resources
     spec_seed = (resources.files("fornax.sim") / "specs" / "tiny.toml").read_text(encoding="utf-8")
     facts_seed = (resources.files("fornax.vendors.rocm_like") / "vendor.toml").read_text(encoding="utf-8")
+    partitions_seed = (resources.files("fornax.sim") / "specs" / "max1550-like.toml").read_text(encoding="utf-8")
     out = [
         Target("stack-config", lambda: _text_mutations(config_seed), _load_config, (ConfigError, SpecError)),
         Target("chip-spec", lambda: _text_mutations(spec_seed), _load_spec, (SpecError,)),
+        Target("chip-partitions", lambda: _text_mutations(partitions_seed), _load_spec, (SpecError,)),
+        Target("partition-layout", lambda: _text_mutations("3g.40gb,2g.20gb,1g.10gb:2"), _layout, (SpecError,)),
         Target("vendor-facts", lambda: _text_mutations(facts_seed), _load_vendor_facts, (ConfigError,)),
         Target("isa-binary", lambda: _mutations(seed("isa-binary")), isa.decode, (InvalidProgram,)),
         Target("isa-assembly", lambda: _text_mutations(seed("isa-assembly")), isa.assemble, (InvalidProgram,)),

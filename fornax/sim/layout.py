@@ -59,6 +59,8 @@ class Layout:
                 "chip": self.chip, "partitions": [p.to_dict() for p in self.partitions]}
 
 
+#: the largest instance count a layout item may ask for (far above any chip's instance limit)
+_MOST = 64
 _ITEM = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.+_-]*?)(?::(\d+))?$")
 
 
@@ -108,7 +110,11 @@ def _chosen(spec: ChipSpec, table: PartitionTable, text: str) -> Layout:
         if not m:
             raise SpecError(f"cannot read partition {item!r}: write PROFILE or PROFILE:COUNT; "
                             f"{spec.name} takes: {table.choices()}")
-        wanted += [m.group(1)] * int(m.group(2) or 1)
+        count = int(m.group(2) or 1)
+        if not 1 <= count <= _MOST:
+            raise SpecError(f"partition {item!r}: COUNT must be 1 to {_MOST} (a profile's instance "
+                            f"limit is its max_instances); {spec.name} takes: {table.choices()}")
+        wanted += [m.group(1)] * count
     mode = table.profile_mode(wanted[0])
     if mode is None:
         raise SpecError(f"unknown partition {wanted[0]!r} for {spec.name}; it takes: {table.choices()}")

@@ -204,7 +204,7 @@ def _mode(name: str, data: Any, where: str, spec: dict[str, Any], memory: dict[s
         if not isinstance(d.get(key), str) or not d[key]:
             raise _bad(where, f"{what} {key} must be a non-empty string")
     mems = d.get("memory", [])
-    if not isinstance(mems, list) or any(m not in memory for m in mems):
+    if not isinstance(mems, list) or any(not isinstance(m, str) or m not in memory for m in mems):
         raise _bad(where, f"{what} memory must list memory modes of [partitions.memory] "
                           f"({', '.join(memory) or 'none declared'}), got {mems!r}")
     mode = Mode(name, choose, d["label"], d["description"], profiles, dict(faults), d["uncontained"],

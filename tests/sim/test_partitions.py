@@ -49,6 +49,9 @@ def test_each_chip_declares_its_real_modes():
 @pytest.mark.parametrize("chip,text,message", [
     ("h100-like", "5g.50gb", "valid|it takes: mig profiles 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb"),
     ("h100-like", "3g.40gb:3", "at most 2 3g.40gb"),
+    ("h100-like", "1g.10gb:999999999999", "COUNT must be 1 to 64"),
+    ("h100-like", "1g.10gb:0", "COUNT must be 1 to 64"),
+    ("h100-like", "3g.40gb,,", "cannot read partition ''"),
     ("h100-like", "4g.40gb,3g.40gb,1g.10gb", "needs 8 compute and 9 memory slices; h100-like has 7 and 8"),
     ("h100-like", "mig", "split by listing its profiles"),
     ("h100-like", "cpx", "unknown partition 'cpx' for h100-like"),
@@ -125,11 +128,18 @@ def test_a_malformed_partitions_table_is_refused(tmp_path, change, message):
         load_spec(_spec_file(tmp_path, GOOD.replace(*change)))
 
 
+MODE = {"choose": "mode", "label": "half", "description": "a half", "instances": 1, "peer": True,
+        "uncontained": "device", "faults": dict.fromkeys(
+            ("page_fault", "hang", "ecc_uncorrectable", "link_failure", "device_lost"), "device"),
+        "profiles": {"half": {"compute_units": 2, "memory": 0.5, "copy_engines": 1, "max_instances": 1}}}
+
+
 def test_a_partitions_table_that_is_not_tables_is_refused():
     chip = {"compute_units": 4, "copy_engines": 2, "media": None}
     for bad, message in (({"modes": 5}, "modes must be a table, got 5"),
                          ({"modes": {"a": {"choose": "mode", "profiles": 3}}}, "mode 'a' profiles must be a table"),
-                         ({"modes": {}}, "declares no modes")):
+                         ({"modes": {}}, "declares no modes"),
+                         ({"modes": {"a": dict(MODE, memory=[{}])}}, "memory must list memory modes")):
         with pytest.raises(SpecError, match=message):
             parse_partitions(bad, "chip.toml", chip)
 
