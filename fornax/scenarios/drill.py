@@ -245,8 +245,10 @@ def _scope(stack: Stack, fault: str) -> str:
 
 def _recovery(stack: Stack, fault: str) -> str:
     drv = stack.driver
-    if _scope(stack, fault) == "device" and stack.layout is not None and len(stack.devices) > 1:
-        return f"chip reset: {drv.calls.get('reset', 'reset')} (every partition)"
+    if _scope(stack, fault) == "device" and stack.layout is not None:
+        if len(stack.devices) > 1:
+            return f"chip reset: {drv.calls.get('reset', 'reset')} (every partition)"
+        return f"device reset: {drv.calls.get('reset', 'reset')}"
     fault = _kind(fault)
     if fault in drv.lost_conditions:
         return f"device reset: {drv.calls.get('reset', 'reset')}"
@@ -303,7 +305,7 @@ def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
             row.detail = "the fault raised no error"
     device.inject(None)
     scope = _scope(stack, fault)
-    during = _neighbour_during(stack, neighbour, nb_clean) if neighbour is not None else ""
+    during = _neighbour_during(stack, neighbour, nb_clean) if neighbour is not None else ("", 0)
     kind = _kind(fault)
     try:
         if hog is not None:
@@ -331,33 +333,34 @@ def drill_row(fault: str, family: str, front_end: str, spec: str | None = None,
     return row
 
 
-def _neighbour_during(stack: Stack, neighbour: _Neighbour, clean: list[np.ndarray]) -> str:
+def _neighbour_during(stack: Stack, neighbour: _Neighbour, clean: list[np.ndarray]) -> tuple[str, int]:
     """What the neighbour partition saw while partition 0 was faulted: ``running`` (its
     work ran with identical results), ``down`` (it failed, the chip's fault took it down),
-    or ``wrong`` (it ran with other results), with the number of other partitions lost."""
+    or ``wrong`` (it ran with other results); and how many other partitions were lost."""
     lost = sum(stack.driver.is_lost(i) for i in range(1, len(stack.devices)))
     try:
         out = neighbour.run()
     except FornaxError:
-        return f"down ({lost} of {len(stack.devices) - 1} other partition(s) lost)"
-    what = "running" if _same(out, clean) else "wrong"
-    return f"{what} ({lost} of {len(stack.devices) - 1} other partition(s) lost)"
+        return "down", lost
+    return ("running" if _same(out, clean) else "wrong"), lost
 
 
-def _isolation(stack: Stack, scope: str, during: str, same_after: bool, has_neighbour: bool) -> dict:
+def _isolation(stack: Stack, scope: str, during: tuple[str, int], same_after: bool,
+               has_neighbour: bool) -> dict:
     """The partition part of a row: where the fault landed and whether the neighbour saw
-    what the mode says (running and nothing else lost, or every partition down), and ran
-    again with identical results after recovery."""
+    what the mode says (running and no other partition lost, or down with every other
+    partition), and ran again with identical results after recovery."""
     assert stack.layout is not None
     others = len(stack.devices) - 1
+    state, lost = during
     if not has_neighbour:
-        isolated, during = True, "no other partition"
-    elif scope == "partition":
-        isolated = during == f"running (0 of {others} other partition(s) lost)" and same_after
+        isolated, text = True, "no other partition"
     else:
-        isolated = during == f"down ({others} of {others} other partition(s) lost)" and same_after
+        want = ("running", 0) if scope == "partition" else ("down", others)
+        isolated = (state, lost) == want and same_after
+        text = f"{state} ({lost} of {others} other partition(s) lost)"
     return {"layout": stack.layout.text, "mode": stack.layout.mode.name, "scope": scope,
-            "neighbour": during, "neighbour_after": "identical" if same_after else "different",
+            "neighbour": text, "neighbour_after": "identical" if same_after else "different",
             "isolated": isolated}
 
 
