@@ -106,6 +106,11 @@ def _power_samples(device: Device) -> list[tuple[float, dict[str, float]]]:
     return out
 
 
+def _api_label(layer_name: str) -> str:
+    """``CUDA runtime`` -> ``CUDA runtime API``; a name that says API already keeps it."""
+    return layer_name if layer_name.endswith("API") else f"{layer_name} API"
+
+
 def device_events(device: Device) -> list[dict[str, Any]]:
     """The trace events of one device."""
     tl = device.timeline
@@ -177,7 +182,7 @@ def api_events(track: ApiTrack, devices: set[int]) -> list[dict[str, Any]]:
         if (pid, tid) not in named:
             named.add((pid, tid))
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                           "args": {"name": f"host thread {call.thread} · {call.layer_name} API"}})
+                           "args": {"name": f"host thread {call.thread} · {_api_label(call.layer_name)}"}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                            "args": {"sort_index": tid}})
         events.append({"ph": "X", "name": call.name, "cat": "api", "pid": pid, "tid": tid,

@@ -37,12 +37,16 @@ from typing import Protocol
 import torch.autograd.profiler as _autograd_profiler
 
 from ...layers.profiler import Recorder
+from .profiler_trace import (DeviceWindow, Launch, Window, export_chrome_trace, host_time, trace_handler,
+                             write_kept)
+
+__all__ = ["MAX_RECORDS", "attach", "enabled", "export_chrome_trace", "install", "run", "trace_handler"]
 
 _FLAG = "_fornax_profiler_patched"
 _LOCK = threading.Lock()
 _RECORDS: list["_Frame"] = []
-#: id(driver) -> the recorder of its collector while a profile is on (stopped at the parse)
-_RECORDERS: dict[int, Recorder] = {}
+#: id(driver) -> what its collector records while a profile is on (closed at the profile's exit)
+_WINDOWS: dict[int, DeviceWindow] = {}
 _STACK = threading.local()
 #: records kept at most while no profile is parsed (a profiler left running does not grow
 #: without bound: the oldest records are dropped)
@@ -86,10 +90,8 @@ def run(session, op, fn, args, kwargs):
     if stack is None:
         stack = _STACK.frames = []
     driver = session.stack.driver
-    if id(driver) not in _RECORDERS:
-        with _LOCK:
-            if id(driver) not in _RECORDERS:           # kernels only: the ops give the host side
-                _RECORDERS[id(driver)] = Recorder(session.runtime, limit=MAX_RECORDS, api=False).start()
+    if id(driver) not in _WINDOWS:
+        _open(session)
     frame = _Frame(op._schema.name, driver, 0)         # the process's one device, fornax:0
     parent = stack[-1] if stack else None
     if parent is not None and parent.driver is driver:
@@ -112,41 +114,39 @@ def run(session, op, fn, args, kwargs):
                     del _RECORDS[: len(_RECORDS) - MAX_RECORDS]
 
 
-def _kernels(frames: list[_Frame]) -> dict[tuple[int, int], _Kernel]:
-    """(driver id, launch number) -> the kernel's activity record (from the collector's
-    recorder) for every launch the frames name, waiting for queued work once if some have
-    not run yet.  The recorders stop."""
-    try:
-        return _found(frames)
-    finally:
-        with _LOCK:
-            recorders = list(_RECORDERS.values())
-            _RECORDERS.clear()
-        for rec in recorders:
-            rec.stop()
+def _open(session) -> None:
+    """Start recording ``session``'s driver (its collector's API calls, kernels and copies)
+    for the profile window, from the host's simulated clock now."""
+    driver = session.stack.driver
+    with _LOCK:
+        if id(driver) not in _WINDOWS:
+            start = host_time(driver)
+            _WINDOWS[id(driver)] = DeviceWindow(
+                driver, Recorder(session.runtime, limit=MAX_RECORDS).start(), start)
 
 
-def _found(frames: list[_Frame]) -> dict[tuple[int, int], _Kernel]:
+def close() -> Window:
+    """Close the profile window: the ops recorded and each driver's recording, waiting for
+    queued work once where a launch the ops name has not run yet; each recording stops at
+    the host's simulated clock then."""
+    with _LOCK:
+        frames = list(_RECORDS)
+        _RECORDS.clear()
+        windows = list(_WINDOWS.values())
+        _WINDOWS.clear()
     wanted: dict[int, set[int]] = {}
-    drivers = {}
     for f in frames:
-        drivers[id(f.driver)] = f.driver
         wanted.setdefault(id(f.driver), set()).update(
             n for a, b in f.launches for n in range(a + 1, b + 1))
-    found: dict[tuple[int, int], _Kernel] = {}
-    for key, driver in drivers.items():
-        need = wanted[key]
-        for attempt in range(2):
-            recorder = _RECORDERS.get(key)
-            for rec in recorder.kernels if recorder is not None else ():
-                if rec.launch in need:
-                    found[(key, rec.launch)] = rec
-            if attempt == 0 and any((key, n) not in found for n in need):
-                for ctx_queue_sync in _synchronizers(driver):
+    for win in windows:
+        try:
+            if wanted.get(id(win.driver), set()) - {rec.launch for rec in win.recorder.kernels}:
+                for ctx_queue_sync in _synchronizers(win.driver):
                     ctx_queue_sync()
-                continue
-            break
-    return found
+            win.end_s = host_time(win.driver)
+        finally:
+            win.recorder.stop()
+    return Window(windows, frames=frames)
 
 
 def _synchronizers(driver):
@@ -158,24 +158,22 @@ def _synchronizers(driver):
     return []
 
 
-def attach(events: list, trace_start_ns: int, use_device: str | None) -> int:
+def attach(events: list, trace_start_ns: int, use_device: str | None, window: Window | None = None) -> int:
     """Attach the recorded fornax kernels to their ATen ops' FunctionEvents, as PyTorch does
     for CUDA kernels: ``append_kernel`` on the op, and one device-side event per kernel
-    (device type PrivateUse1, linked to the op) appended to ``events``.  Returns how many
-    kernels were attached.  The records are consumed."""
-    with _LOCK:
-        frames = list(_RECORDS)
-        _RECORDS.clear()
+    (device type PrivateUse1, linked to the op) appended to ``events``; each kernel also
+    goes into ``window.launches`` (for the merged trace).  ``window``: the profile's closed
+    window (by default the one open now is closed).  Returns how many kernels were
+    attached.  The window's ops are consumed."""
+    if window is None:
+        window = close()
+    frames, window.frames = window.frames, []
     if use_device != "fornax" or not frames:
-        with _LOCK:
-            recorders = list(_RECORDERS.values())
-            _RECORDERS.clear()
-        for recorder in recorders:
-            recorder.stop()
         return 0
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import FunctionEvent
-    kernels = _kernels(frames)
+    kernels = {(id(win.driver), rec.launch): (i, rec)
+               for i, win in enumerate(window.devices) for rec in win.recorder.kernels}
     by_name: dict[str, list] = {}
     for e in events:
         if not e.is_async and e.device_type == DeviceType.CPU:
@@ -196,9 +194,11 @@ def attach(events: list, trace_start_ns: int, use_device: str | None) -> int:
         at = owner.time_range.start
         for a, b in f.launches:
             for n in range(a + 1, b + 1):
-                rec = kernels.get((id(f.driver), n))
-                if rec is None:
+                found = kernels.get((id(f.driver), n))
+                if found is None:
                     continue
+                key, rec = found
+                window.launches.append(Launch(owner.id, owner.name, owner.time_range.start, key, rec))
                 us = rec.duration_s * 1e6
                 owner.append_kernel(rec.name, f.device, us)
                 device_events.append(FunctionEvent(
@@ -214,17 +214,41 @@ def attach(events: list, trace_start_ns: int, use_device: str | None) -> int:
 
 
 def install() -> None:
-    """Wrap the profiler's trace parser once per process so parsed events get fornax's
-    device time."""
+    """Wrap the profiler once per process: its start opens fornax's window (when it profiles
+    the fornax device and the device is up), its exit closes it (kept on the profile), and
+    its trace parser attaches fornax's device time to the parsed events."""
     cls = _autograd_profiler.profile
     if getattr(cls, _FLAG, False):
         return
-    original = cls._parse_kineto_results
+    original_start, original_exit, original_parse = cls._start_trace, cls.__exit__, cls._parse_kineto_results
+    original_export = cls.export_chrome_trace
+
+    def start_trace(self, *args, **kwargs):
+        original_start(self, *args, **kwargs)
+        if self.use_device == "fornax":
+            from .session import current, initialized
+            if initialized():
+                _open(current())
+
+    def exit_(self, *exc):
+        suppress = original_exit(self, *exc)
+        if self.enabled:
+            self._fornax_window = close()
+        return suppress
 
     def parse(self, result, *args, **kwargs):
-        events = original(self, result, *args, **kwargs)
-        attach(events, result.trace_start_ns(), self.use_device)
+        events = original_parse(self, result, *args, **kwargs)
+        attach(events, result.trace_start_ns(), self.use_device, getattr(self, "_fornax_window", None))
         return events
 
+    def export(self, path, metadata=None, use_python_export=False):
+        # Kineto writes a profile's trace once: after a merged trace read it, the read copy
+        if use_python_export or not write_kept(self, path):
+            return original_export(self, path, metadata, use_python_export)
+
+    export.__doc__ = original_export.__doc__
+    setattr(cls, "_start_trace", start_trace)
+    setattr(cls, "export_chrome_trace", export)
+    setattr(cls, "__exit__", exit_)
     setattr(cls, "_parse_kineto_results", parse)
     setattr(cls, _FLAG, True)
