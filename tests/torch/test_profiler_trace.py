@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, schedule
 
 import fornax.frameworks.torch as ft
 from fornax.frameworks.torch import profiler as fp
@@ -147,12 +147,20 @@ def test_the_api_call_track_is_in_the_device_process(traced):
     assert sum(1 for f in api_ends if (f["pid"], f["tid"], f["ts"]) in slices) == len(kernels)
 
 
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle")
 def test_the_handler_writes_each_window_and_bad_input_is_refused(model, tmp_path):
     net, x = model
-    with profile(activities=ACTIVITIES, on_trace_ready=fp.trace_handler(tmp_path / "run.{step}.json")):
-        net(x).relu().sum().item()
-    doc = json.loads((tmp_path / "run.0.json").read_text(encoding="utf-8"))
-    assert doc["otherData"]["fornax"]["launch_flows"] == len(_kernel_slices(doc["traceEvents"])) > 0
+    with profile(activities=ACTIVITIES, schedule=schedule(wait=0, warmup=1, active=1, repeat=2),
+                 on_trace_ready=fp.trace_handler(tmp_path / "run.{step}.json")) as cycles:
+        for _ in range(4):
+            net(x).relu().sum().item()
+            cycles.step()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.2.json", "run.4.json"]
+    docs = [json.loads((tmp_path / f"run.{step}.json").read_text(encoding="utf-8")) for step in (2, 4)]
+    for doc in docs:                                     # one window each, its own kernels
+        assert doc["otherData"]["fornax"]["launch_flows"] == len(_kernel_slices(doc["traceEvents"])) == 10
+    first, second = (doc["otherData"]["fornax"]["windows"][0] for doc in docs)
+    assert first["simulated_end_us"] <= second["simulated_start_us"]
 
     with profile(activities=[ProfilerActivity.CPU]) as cpu_only:
         net(x).sum().item()

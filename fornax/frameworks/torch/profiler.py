@@ -22,10 +22,20 @@ is attached to the op's ``FunctionEvent`` with its simulated duration
         model(x)
     p.key_averages().table(sort_by="self_device_time_total")
 
-The device time is simulated time from the cost model, not host wall time.  Work still
-queued when the profiler parses is waited for first (a host synchronisation).  Kineto's
-Chrome trace export is written by C++ from its own events and shows no fornax kernels;
-``fornax compose --trace`` writes the simulated timeline.
+The device time is simulated time from the cost model, not host wall time.  The window
+opens when the profiler starts (or at the first op that reaches the device, if the device
+was not up yet) and closes at the profiler's exit, after its synchronisation; work a
+recorded op launched that has still not run then is waited for (a host synchronisation).
+The window (the recording, the host's simulated clock at both ends) stays on the profile.
+
+Kineto's own Chrome export (``prof.export_chrome_trace``) is written by C++ from its own
+events and still shows no fornax kernels.  :func:`export_chrome_trace` (or
+:func:`trace_handler` as ``on_trace_ready``) writes one trace holding Kineto's events as
+they are, the window's simulated device timeline and API call track in processes of their
+own, and a flow arrow from each op's slice to each kernel it launched
+(:mod:`.profiler_trace` says how the two clocks are laid side by side):
+
+    fornax.frameworks.torch.profiler.export_chrome_trace(p, "model.trace.json")
 """
 
 from __future__ import annotations

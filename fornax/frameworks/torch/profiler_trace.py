@@ -8,7 +8,7 @@ cannot add device events to it.  :func:`export_chrome_trace` writes one document
 - **Kineto's trace as it is**: every event, on the host wall clock (microseconds since
   Kineto's ``baseTimeNanoseconds``);
 - **the fornax device** (:func:`fornax.sim.trace.chrome_trace`): one process per device
-  the window used, named ``fornax device N (SPEC) · simulated time``, with a track per
+  of the stack, named ``fornax device N (SPEC) · simulated time``, with a track per
   engine and per hardware queue (kernels, copies, waits), the memory counters and the
   **API call track** (``host thread T · ... API``) of the stack's profiling collector,
   with its flows from each API call to the work it submitted;
@@ -30,6 +30,12 @@ window opened and the time it closed (after the profiler's closing synchronisati
 the API calls recorded in it.  A counter (memory in use, power) shows its value when the
 window opened, then its changes.
 
+Kineto writes a profile's trace once.  The copy read for the merged trace stays on the
+profile, so the profile's own ``export_chrome_trace`` still writes it afterwards
+(:func:`write_kept`); when the profile's own export came first, PyTorch's Python exporter of
+the same Kineto results stands in (``otherData.fornax.host_export``: ``kineto`` or
+``pytorch-python``).
+
 Bad input is an :class:`~fornax.layers.errors.InvalidArgumentError` that says what to do:
 an object that is not a stopped ``torch.profiler`` profile, a profile without
 ``ProfilerActivity.PrivateUse1`` or with no fornax work in its window, a path that cannot
@@ -45,6 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch.autograd.profiler as _autograd_profiler
 
 from ...layers.errors import InvalidArgumentError
 from ...layers.profiler import KernelActivity, Recorder
@@ -104,9 +112,8 @@ def host_time(driver: Any) -> float:
 
 # -- reading the profile -------------------------------------------------------------------
 def _autograd_profile(prof: Any) -> Any:
-    import torch.autograd.profiler as autograd_profiler
     inner = getattr(prof, "profiler", prof)
-    if not isinstance(inner, autograd_profiler.profile):
+    if not isinstance(inner, _autograd_profiler.profile):
         raise InvalidArgumentError(
             f"{type(prof).__name__} is not a torch.profiler profile",
             hint="pass the object of `with torch.profiler.profile(...) as prof:`")
