@@ -6,7 +6,8 @@
     {"traceEvents": [...], "displayTimeUnit": "ns"}
 
 - one *process* per device (``pid`` = device index + 1), named by a
-  ``process_name`` metadata event;
+  ``process_name`` metadata event (``device 1 (h100-like, MIG 3g.40gb)``: a partition of
+  a chip names itself);
 - one *thread* (track) per engine (``tid`` 1, 2, ...: compute, copy engines,
   peer links) and one per hardware queue (``tid`` 1000 + queue id), named by
   ``thread_name`` metadata events.  Every executed packet appears twice: on
@@ -115,9 +116,11 @@ def device_events(device: Device) -> list[dict[str, Any]]:
     """The trace events of one device."""
     tl = device.timeline
     pid = device.index + 1
+    # a partition of a chip says which (fornax.sim.layout: "MIG 3g.40gb", "CPX partition 2")
+    part = f", {device.partition.label}" if device.partition is not None else ""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-         "args": {"name": f"device {device.index} ({device.spec.name})"}},
+         "args": {"name": f"device {device.index} ({device.spec.name}{part})"}},
         {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
          "args": {"sort_index": device.index}},
     ]

@@ -64,15 +64,19 @@ def test_devices_shows_the_partitions_in_the_family_style(vendor, spec, layout, 
 
 def test_a_partition_the_chip_lacks_is_exit_2_with_the_choices():
     code, _, err = run("devices", "--vendor", "cuda-like", "--spec", "h100-like", "--partition", "3g.45gb")
-    assert code == 2 and "valid profiles" in err or "it takes: mig profiles 1g.10gb" in err
+    assert code == 2 and "it takes: mig profiles 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb" in err
     code, _, err = run("drill", "--vendor", "cuda-like", "--fault", "ecc_uncontained")
     assert code == 2 and "unknown fault 'ecc_uncontained'" in err
 
 
-def test_the_report_names_the_partition():
+def test_the_report_and_the_trace_name_the_partition(tmp_path):
+    trace = tmp_path / "run.json"
     code, out, err = run("compose", "--vendor", "rocm-like", "--spec", "mi300x-like", "--partition",
-                         "qpx/nps4", "--workload", "mlp", "--json")
+                         "qpx/nps4", "--workload", "mlp", "--json", "--trace", str(trace))
     assert code == 0, err
+    names = [e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+             if e.get("name") == "process_name"]
+    assert names == [f"device {i} (mi300x-like, QPX partition {i})" for i in range(4)]
     rep = json.loads(out)
     validate(rep)
     part = rep["manifest"]["partition"]
