@@ -10,7 +10,8 @@ same heuristic picks both, tile and split-K, unless a K slice would cut a metada
 so the two differ in their A operand only.  The speed-up is dense time over
 sparse time as the device charged them: about 1 where launch latency or memory traffic
 the 2:4 operand does not shrink bound the kernel, and marked where it falls below 1.  The xpu-like
-library has no 2:4 GEMM and says so.
+library has no 2:4 GEMM and says so.  The sweep itself is fornax/scenarios/sparse_sweep.py
+(Lab 5 tabulates a few of its shapes).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from fornax.layers.errors import FornaxError
+from fornax.scenarios.sparse_sweep import SPECS, sweep
 from fornax.stack import BUILTIN_FAMILIES, compose, make_config
 
 from .results import Figures
@@ -28,51 +29,8 @@ SQUARES = [256, 512, 1024, 2048, 4096, 8192]
 SHAPES = [("qkv 16tok", 10240, 16, 8192), ("mlp-up 16tok", 28672, 16, 8192),
           ("mlp-down 4096tok", 8192, 4096, 28672), ("qkv 4096tok", 10240, 4096, 8192),
           ("skinny k=64", 8192, 8192, 64), ("long k", 128, 128, 16384), ("small 64^3", 64, 64, 64)]
-#: each family on its own kind of chip (as the GEMM sweep)
-SPECS = {"cuda-like": "h200-like", "rocm-like": "mi300x-like", "xpu-like": "max1550-like"}
 FIGURES = Figures("sparse24.speedup[{family}: {shape}]", "sparse24.sparse_us[{family}: {shape}]",
                   "sparse24.dense_us[{family}: {shape}]")
-
-
-def _seconds(stack, call) -> float:
-    """Simulated seconds of one library call, between two events on the default stream."""
-    rt = stack.runtime
-    start = rt.record_event()
-    call()
-    end = rt.record_event()
-    rt.synchronize()
-    return float(rt.elapsed_time(start, end)) / 1e3
-
-
-def sweep(vendor: str, shapes: list[tuple[str, int, int, int]]) -> list[dict]:
-    """One row per shape: dense and sparse simulated seconds and the speed-up (or why the
-    family offers no sparse GEMM)."""
-    spec = SPECS.get(vendor, "h200-like")
-    stack = compose(make_config(vendor, spec=spec, meta=True))
-    rt, lib = stack.runtime, stack.library
-    p = rt.malloc(1 << 20)
-    rows = []
-    try:
-        for label, m, n, k in shapes:
-            params = {"m": m, "n": n, "k": k, "dtype": "bfloat16"}
-            row: dict = {"shape": label, "m": m, "n": n, "k": k}
-            calls: list = []
-            try:
-                row["sparse_s"] = _seconds(stack, lambda: calls.append(lib.sparse_matmul(p, p, p, params)))
-            except FornaxError as exc:
-                row["refused"] = f"{type(exc).__name__} {exc.code}" if exc.code else str(exc)
-                row["dense_s"] = _seconds(stack, lambda: lib.gemm(p, p, p, params))
-            else:
-                # like for like: the dense GEMM with the sparse call's algorithm
-                row["algorithm"] = calls[0].options["algorithm"]
-                forced = {**params, "algorithm": row["algorithm"]}
-                row["dense_s"] = _seconds(stack, lambda: lib.gemm(p, p, p, forced))
-                row["speedup"] = row["dense_s"] / row["sparse_s"]
-            rows.append(row)
-    finally:
-        rt.free(p)
-    return rows
-
 
 def main(vendors=BUILTIN_FAMILIES) -> None:
     console = Console(width=max(Console().width, 110))

@@ -1,10 +1,11 @@
-"""Lab 5: kernel libraries -- tiling, small and irregular shapes, autotuning.
+"""Lab 5: kernel libraries -- tiling, small and irregular shapes, autotuning, 2:4 sparsity.
 
 Experiments: the library seam's GEMM (fornax/layers/gemm.py, kernels in fornax/layers/blas.py)
 on a square, a skinny decode-like and an irregular shape on each family: the algorithm and
 tile its heuristic picks from ``[library] gemm_algorithms`` and why, the simulated device time
 and the share of the float32 matrix peak; then the autotuner's pick beside it; then the
-global-memory traffic of a one-output-per-lane kernel against the library's tiled kernel.
+global-memory traffic of a one-output-per-lane kernel against the library's tiled kernel;
+then where the 2:4 sparse matrix instruction pays (fornax/labs/lab05_sparsity.py).
 
 Exercise 5.5 imports the student's own ``gemm.py`` deliberately (it runs their code, as a test
 would): ``build(M, N, K)`` returns a tile-ISA program and its grid, which the check launches
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import lab05_sparsity
 from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
@@ -257,6 +259,7 @@ def experiments(out: Path) -> list[Section]:
                        [[_shape(r["shape"]), f"{r['naive_bytes']:,} B", f"{r['naive_s'] * 1e6:.2f} µs",
                          r["lib_algorithm"], f"{r['lib_bytes']:,} B", f"{r['lib_s'] * 1e6:.2f} µs",
                          f"{r['budget']:,} B"] for r in traffic])]),
+        lab05_sparsity.section(out),
     ]
 
 
@@ -284,7 +287,8 @@ def facts() -> dict[str, Any]:
     return {"cuda_irregular": pick("cuda-like", "irregular", False)["algorithm"],
             "rocm_skinny_groups": pick("rocm-like", "skinny (decode-like)", False)["instances"],
             "xpu_irregular_tuned": pick("xpu-like", "irregular", True)["algorithm"],
-            "naive_square_kib": traffic[0]["naive_bytes"] / 1024}
+            "naive_square_kib": traffic[0]["naive_bytes"] / 1024,
+            "sparse_gainers": lab05_sparsity.gainers("cuda-like")}
 
 
 def _check_gemm(answers: dict[str, Any], folder: Path, facts: dict[str, Any]) -> tuple[bool, str, str]:
@@ -333,8 +337,9 @@ LAB = Lab(
     goal="See how a vendor library's GEMM picks an algorithm and tile for square, skinny and "
          "irregular shapes on each family -- by heuristic or by autotuning -- and what that costs, "
          "then write a tiled GEMM kernel of your own that launches through the library seam and "
-         "keeps its global-memory traffic within budget.",
-    minutes=40, experiments=experiments, facts=facts,
+         "keeps its global-memory traffic within budget; last, see where a 2:4 structured-sparse "
+         "GEMM beats the dense one and where it does not.",
+    minutes=45, experiments=experiments, facts=facts,
     exercises=[
         Exercise("5.1", "Which algorithm does the cuda-like library's heuristic pick for the "
                  "irregular 1000x1000x1000 GEMM (its name, e.g. tile128x128x32)?",
@@ -357,5 +362,12 @@ LAB = Lab(
                  "deliberately, as a test would.", _check_gemm,
                  "the library's tiled kernel (gemm_program in fornax/layers/blas.py) and the tile ISA "
                  "(fornax/sim/isa.py: Loop, Load with a mask, Dot)", points=2),
+        Exercise("5.6", "Which of the sparsity experiment's shapes (square, decode, short-k, small) "
+                 f"run more than {lab05_sparsity.GAIN}x faster as the cuda-like library's 2:4 matmul "
+                 "than as its dense GEMM on the h200-like chip? Answer a list of their names, e.g. "
+                 '["square", "small"] ([] for none); the page says why the others do not.',
+                 lab05_sparsity.check_gainers,
+                 "the roofline bound of each kernel: fornax/sim/cost.py (gemm_counters, kernel_cost "
+                 "with sparsity 2:4) and docs/sparsity.md's cost model"),
     ],
     starter_files={"gemm.py": STARTER_GEMM})

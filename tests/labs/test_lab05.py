@@ -82,3 +82,22 @@ def test_malformed_answers_give_verdicts_not_crashes(tmp_path):
     (tmp_path / "gemm.py").unlink()
     v = _verdict(tmp_path)
     assert not v.passed and v.observed == "no gemm.py"
+
+
+def test_the_sparsity_exercise_takes_exactly_the_shapes_that_gain(tmp_path):
+    from fornax.labs import lab05_sparsity
+    rows = {r["shape"]: r for r in lab05_sparsity._sweep() if r["family"] == "cuda-like"}
+    assert lab05_sparsity.gainers() == [s for s, r in rows.items() if r["speedup"] > lab05_sparsity.GAIN]
+    assert rows["decode"]["speedup"] > lab05_sparsity.GAIN > rows["square"]["speedup"] > 1.1
+    assert all("dnnl_unimplemented" in r["refused"] and r["hint"]
+               for r in lab05_sparsity._sweep() if r["family"] == "xpu-like")
+    folder = _folder(tmp_path, (REF / "gemm.py").read_text())
+    text = (folder / "answers.toml").read_text()
+    assert 'ex5_6 = ["decode"]' in text
+    for given, passed, needle in (('["DECODE "]', True, "DECODE"), ('["decode", "square"]', False, "square"),
+                                  ("[]", False, "[]"), ('"decode"', False, "'decode'"),
+                                  ('["decode", "tall"]', False, "not shapes of the experiment: tall")):
+        (folder / "answers.toml").write_text(text.replace('["decode"]', given))
+        v = _verdict(folder, "5.6")
+        assert v.passed == passed and needle in v.observed, (given, v.observed)
+        assert passed or (v.expected == "['decode']" and "kernel_cost" in v.text)
