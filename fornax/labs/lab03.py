@@ -3,8 +3,11 @@
 Experiments: the calls from device discovery to a first launch on each family and what the
 driver counts for them; a two-stream program whose reader copies a buffer the writer kernel
 writes, without and with an event wait (the happens-before race detector's report, and the
-timeline of both); and managed memory touched by a kernel (page migrations) beside an
-injected hang (the watchdog's error), as ``fornax drill`` runs them.
+timeline of both); managed memory touched by a kernel (page migrations) beside an
+injected hang (the watchdog's error), as ``fornax drill`` runs them; one chip split into
+partitions for several tenants, and what a fault in one does to another
+(:mod:`.lab03_tenants`); and one launch profiled through each family's own profiling
+interface (:mod:`.lab03_profiling`).
 
 Exercise 3.5 imports the student's own ``race.py`` and runs it, deliberately, as a test
 would: on a fresh stack of each family, checked by the race detector and the data read back.
@@ -20,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import lab03_profiling, lab03_tenants
 from .lab import Exercise, Lab, Section, Table, figure, number_fact, text_fact
 
 FAMILIES = ("cuda-like", "rocm-like", "xpu-like")
@@ -205,6 +209,8 @@ def experiments(out: Path) -> list[Section]:
                 [Table("managed memory vs a hang", ["family", "managed policy", "page migrations",
                                                    "remote bytes", "hang raises", "recovery"],
                        [[f, p, str(m), str(r), c, rec] for f, p, m, r, c, rec in drill])]),
+        lab03_tenants.section(),
+        lab03_profiling.section(_bench, N, FAMILIES),
     ]
 
 
@@ -235,7 +241,8 @@ def facts() -> dict[str, Any]:
     return {"jit_family": jit[0] if len(jit) == 1 else ", ".join(jit),
             "race_kind": racy[0]["kind"] if racy else "none",
             "cuda_migrations": next(m for f, _, m, _, _, _ in drill if f == "cuda-like"),
-            "xpu_hang_code": next(c for f, _, _, _, c, _ in drill if f == "xpu-like")}
+            "xpu_hang_code": next(c for f, _, _, _, c, _ in drill if f == "xpu-like"),
+            **lab03_tenants.facts()}
 
 
 def _load_run(path: Path) -> Any:
@@ -285,9 +292,10 @@ def _check_race(answers: dict[str, Any], folder: Path, facts: dict[str, Any]) ->
 LAB = Lab(
     number=3, slug="03-driver-runtime-memory", title="Driver, runtime and memory", part="Part 3",
     goal="Follow a program from device discovery to its first launch through the runtime and driver "
-         "seams of each family, find and fix a cross-stream race the race detector reports, and tell "
-         "managed-memory page migration from a hang.",
-    minutes=30, experiments=experiments, facts=facts,
+         "seams of each family, find and fix a cross-stream race the race detector reports, tell "
+         "managed-memory page migration from a hang, see what a fault in one partition of a chip does "
+         "to its neighbour, and profile a launch through each family's own profiling interface.",
+    minutes=40, experiments=experiments, facts=facts,
     exercises=[
         Exercise("3.1", "Which family's driver counts a JIT compile (jit_compiles) when it loads the "
                  "module (cuda-like, rocm-like or xpu-like)?", text_fact("3.1", "jit_family"),
@@ -306,5 +314,15 @@ LAB = Lab(
                  "imports your race.py and runs it, deliberately, as a test would.", _check_race,
                  "the runtime's events: record_event on the writer's stream, stream_wait_event on the "
                  "reader's (fornax/layers/runtime/events.py)", points=2),
+        Exercise("3.6", "Split each family's chip as section 4 does. Which family's chip keeps an "
+                 "uncorrectable ECC error the hardware contained on partition 0 inside that "
+                 "partition, leaving partition 1 running (cuda-like, rocm-like or xpu-like)?",
+                 text_fact("3.6", "contained_ecc_family"),
+                 "each chip spec's [partitions] fault table (fornax/sim/specs/*.toml) and "
+                 "`fornax drill --partition`"),
+        Exercise("3.7", "On the MIG-like chip, is partition 1 running or down while partition 0 has "
+                 "an uncontained ECC error (answer running or down)?",
+                 text_fact("3.7", "mig_uncontained_neighbour"),
+                 "the mode's `uncontained` scope in h100-like.toml [partitions] (fornax/sim/chip.py)"),
     ],
     starter_files={"race.py": STARTER_RACE})

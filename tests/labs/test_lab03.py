@@ -1,6 +1,7 @@
 """Lab 3 catches wrong answers of each kind: wrong values, the unfixed (racy) race.py, one that
 reads the wrong data, one that raises, and none at all; the reference race.py is race-free on
-every family."""
+every family; the partition answers are checked against the drill, and the tenant and
+profiling sections hold what their runs measured."""
 
 from __future__ import annotations
 
@@ -75,3 +76,27 @@ def test_wrong_data_raising_and_missing_race_py_are_caught(tmp_path):
 def test_the_starter_is_the_racy_program_with_a_marked_fix():
     text = LAB.starter()["race.py"]
     assert "# FIX HERE" in text and "stream_wait_event" not in text.split("# FIX HERE")[1].split("out =")[0]
+
+
+def test_partition_answers_are_checked_against_the_drill(tmp_path):
+    folder = _folder(tmp_path, (LAB.reference_dir() / "race.py").read_text())
+    text = (folder / "answers.toml").read_text()
+    got = _verdicts(folder)
+    assert got["3.6"].passed and got["3.7"].passed
+    (folder / "answers.toml").write_text(text.replace('ex3_6 = "cuda-like"', 'ex3_6 = "rocm-like"')
+                                         .replace('ex3_7 = "down"', 'ex3_7 = "running"'))
+    got = _verdicts(folder)
+    assert not got["3.6"].passed and got["3.6"].expected == "cuda-like" and got["3.6"].observed == "rocm-like"
+    assert not got["3.7"].passed and got["3.7"].expected == "down"
+    assert "[partitions]" in got["3.6"].look_at
+
+
+def test_the_tenant_and_profiling_sections_come_from_the_runs():
+    from fornax.labs import lab03, lab03_profiling, lab03_tenants
+    parts = lab03_tenants.partitions()
+    assert {p[0] for p in parts} == {"cuda-like", "rocm-like", "xpu-like"}
+    assert all(t > whole for *_, t, whole in parts)            # a partition is slower than its chip
+    assert all(row[-1] for row in lab03_tenants.faults())       # every drill row held
+    for row in lab03_profiling.profiled(lab03._bench, lab03.N, lab03.FAMILIES):
+        assert row["kernel"][0] == "scale3" and row["kernel"][1] > 0
+        assert row["linked"] and len(row["metrics"]) == 2 and row["calls"]
