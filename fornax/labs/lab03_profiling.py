@@ -156,7 +156,9 @@ def section(bench: Callable[[str], tuple[Any, Any, int, int]], n: int,
         "views. All three sit on one collector fed by the runtime and driver seams: a call made "
         "inside another shares its correlation id, and the driver queue stamps the kernel with it, "
         "so the kernel's record names the call that launched it. The Level Zero tracer sees Level "
-        "Zero calls only; the SYCL call above it appears in the views. Times are simulated "
+        "Zero calls only; the SYCL call above it appears in the views. rocm-like's driver seam is "
+        "HIP's module API over HSA, traced as the lower layer: its HIP calls keep their HIP "
+        "operation ids under the HSA tracing kind. Times are simulated "
         "nanoseconds; the metrics come from what the simulator counted and how the cost model "
         "priced the kernel, under each family's metric names and units.",
         [Table("callbacks and activity records, per family",

@@ -69,11 +69,13 @@ def faults() -> tuple[tuple[str, str, str, str, str, str, bool], ...]:
 
 def section() -> Section:
     parts, hits = partitions(), faults()
+    count = {fam: sum(1 for p in parts if p[0] == fam) for fam, _, _ in CHIPS}
     return Section(
         "Virtualization: one chip, several tenants",
-        f"Each family on its own kind of chip, split into partitions: the H100-like chip into two "
-        f"MIG-like GPU instances, the MI300X-like chip in QPX mode (four compute partitions), the "
-        f"Max-1550-like card FLAT (each stack a device). The driver enumerates the partitions as "
+        f"Each family on its own kind of chip, split into partitions: the H100-like chip into "
+        f"{count['cuda-like']} MIG-like GPU instances, the MI300X-like chip in QPX mode "
+        f"({count['rocm-like']} compute partitions), the Max-1550-like card FLAT (each of its "
+        f"{count['xpu-like']} stacks a device). The driver enumerates the partitions as "
         f"devices, and each has its share of the chip's units, memory, bandwidth, L2 and copy "
         f"engines (fornax/sim/layout.py), so one {GEMM}x{GEMM}x{GEMM} bfloat16 GEMM from the "
         f"family's library costs more on a partition than on the whole chip (shape-only stacks, "
