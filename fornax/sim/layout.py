@@ -175,9 +175,13 @@ def derive_spec(parent: ChipSpec, profile: Profile, label: str) -> ChipSpec:
         engines = tuple(dataclasses.replace(e, count=counts.get(e.kind, 0))
                         for e in media.engines if counts.get(e.kind, 0) > 0)
         media = dataclasses.replace(media, engines=engines) if engines else None
+    hbm_bytes = int(parent.hbm_bytes * profile.memory) // page * page
+    # the chip's description, then what this partition has of it
+    description = (f"{parent.description} ({label}: {profile.compute_units} units, "
+                   f"{hbm_bytes / 1e9:.1f} GB at {parent.hbm_bandwidth * profile.bandwidth / 1e12:.2f} TB/s)")
     return dataclasses.replace(
-        parent, description=f"{parent.description} ({label})", compute_units=profile.compute_units,
-        hbm_bytes=int(parent.hbm_bytes * profile.memory) // page * page,
+        parent, description=description, compute_units=profile.compute_units,
+        hbm_bytes=hbm_bytes,
         hbm_bandwidth=parent.hbm_bandwidth * profile.bandwidth,
         l2_bytes=int(parent.l2_bytes * profile.l2), l2_bandwidth=parent.l2_bandwidth * profile.l2,
         copy_engines=profile.copy_engines, board_power_w=parent.board_power_w * share,
