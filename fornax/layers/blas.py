@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from ..sim import fastpath, isa
 from .codegen import POINTWISE_REGISTERS, KernelBuilder, _gelu
+from .kernel_builder import defined as _reg
 
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -102,10 +103,16 @@ def order_bytes(split: int) -> int:
     return _order_bytes(split)
 
 
-def _reg(name: str | None) -> str:
-    """The register a defining instruction (or an index sum) yields: one always exists here."""
-    assert name is not None, "the instruction defines no register"
-    return name
+def tile_indices(kb: KernelBuilder, tile: tuple[int, int, int], pid_m: str, pid_n: str, m_r: str,
+                 n_r: str) -> tuple[str, str, str, str]:
+    """Row and column indices of the ``bm x bn`` output tile of program ``(pid_n, pid_m)``, and
+    their in-bounds masks against the sizes ``m_r`` and ``n_r`` (every tiled GEMM kernel)."""
+    bm, bn, _ = tile
+    rm = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_m, bm), kb.arange(bm))),
+                                  (bm, 1))))
+    rn = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_n, bn), kb.arange(bn))),
+                                  (1, bn))))
+    return rm, rn, kb.binary("lt", rm, m_r), kb.binary("lt", rn, n_r)
 
 
 class _Gen:
@@ -116,18 +123,10 @@ class _Gen:
         self.v = v
 
     def scalar(self, name: str, dtype: str) -> str:
-        self.kb.param(name, "scalar", dtype)
-        return _reg(self.kb.emit(isa.ScalarArg(self.kb.reg(), name)))
+        return self.kb.scalar(name, dtype)
 
     def tiles(self, pid_m: str, pid_n: str, m_r: str, n_r: str) -> tuple[str, str, str, str]:
-        """Row and column indices of the output tile, and their in-bounds masks."""
-        kb, (bm, bn, _) = self.kb, self.v.tile
-        rm = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_m, bm), kb.arange(bm))),
-                                      (bm, 1))))
-        rn = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_n, bn), kb.arange(bn))),
-                                      (1, bn))))
-        mask_m, mask_n = kb.binary("lt", rm, m_r), kb.binary("lt", rn, n_r)
-        return rm, rn, mask_m, mask_n
+        return tile_indices(self.kb, self.v.tile, pid_m, pid_n, m_r, n_r)
 
     def epilogue(self, acc: str, pc: str, pbias: str | None, c_base: str | None, rm: str, rn: str,
                  n_r: str, mask_n: str, out_mask: str, alpha: str, beta: str | None,

@@ -37,6 +37,13 @@ Defining = Union[isa.ProgramId, isa.Arange, isa.Const, isa.ScalarArg, isa.Unary,
 Instruction = Union[Defining, isa.Store, isa.StoreReduce, isa.Barrier, isa.Loop]
 
 
+def defined(name: str | None) -> str:
+    """The register a defining instruction (or an index sum) yields: one always exists where
+    this is called."""
+    assert name is not None, "the instruction defines no register"
+    return name
+
+
 def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major element strides of a contiguous tensor of ``shape``."""
     out, acc = [], 1
@@ -81,6 +88,11 @@ class KernelBuilder:
         self.body.append(ins)
         dst: str | None = getattr(ins, "dst", None)
         return dst
+
+    def scalar(self, name: str, dtype: str = "int64") -> str:
+        """Declare the scalar parameter ``name`` and return the register holding its value."""
+        self.param(name, "scalar", dtype)
+        return self.emit(isa.ScalarArg(self.reg(), name))
 
     def const(self, value: float | int | bool, dtype: str) -> str:
         """A register holding the constant ``value`` of ``dtype`` (one per distinct pair)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from ..sim import isa
 from .blas import ITEMSIZE, Grid
 from .codegen import POINTWISE_REGISTERS, KernelBuilder
+from .kernel_builder import defined as _reg
 
 #: matrix columns one program instance covers: one metadata word's
 COLUMNS = isa.SPARSE_K_PER_WORD
@@ -37,11 +38,6 @@ def grid(m: int, k: int, rows: int) -> Grid:
     return -(-k // COLUMNS), -(-m // rows), 1
 
 
-def _reg(name: str | None) -> str:
-    assert name is not None, "the instruction defines no register"
-    return name
-
-
 class _Tile:
     """The pieces every kernel shares: the tile's rows, columns, mask and values."""
 
@@ -51,11 +47,7 @@ class _Tile:
         self.pa = kb.param("a", "ptr", dtype)
 
     def scalars(self, *names: str) -> list[str]:
-        out = []
-        for n in names:
-            self.kb.param(n, "scalar", "int64")
-            out.append(_reg(self.kb.emit(isa.ScalarArg(self.kb.reg(), n))))
-        return out
+        return [self.kb.scalar(n) for n in names]
 
     def shaped(self, src: str, shape: tuple[int, ...]) -> str:
         return _reg(self.kb.emit(isa.Reshape(self.kb.reg(), src, shape)))

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from ..sim import isa
 from ..sim.cost import SPARSITY
-from .blas import ITEMSIZE, Grid
+from .blas import ITEMSIZE, Grid, tile_indices
 from .codegen import POINTWISE_REGISTERS, KernelBuilder
+from .kernel_builder import defined as _reg
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,6 @@ def workspace_bytes(v: SparseVariant, m: int, n: int) -> int:
     return v.split * m * n * 4 if v.split > 1 else 0
 
 
-def _reg(name: str | None) -> str:
-    assert name is not None, "the instruction defines no register"
-    return name
-
-
 class _Gen:
     """The pieces both kernels share: scalars, the output tile's indices, the epilogue."""
 
@@ -70,15 +66,11 @@ class _Gen:
         self.v = v
 
     def scalar(self, n: str, dtype: str = "int64") -> str:
-        self.kb.param(n, "scalar", dtype)
-        return _reg(self.kb.emit(isa.ScalarArg(self.kb.reg(), n)))
+        return self.kb.scalar(n, dtype)
 
     def tile(self, m_r: str, n_r: str) -> tuple[str, str, str, str]:
-        kb, (bm, bn, _) = self.kb, self.v.tile
-        pid_n, pid_m = kb.pid(0), kb.pid(1)
-        rm = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_m, bm), kb.arange(bm))), (bm, 1))))
-        rn = _reg(kb.emit(isa.Reshape(kb.reg(), _reg(kb.iadd(kb.imul(pid_n, bn), kb.arange(bn))), (1, bn))))
-        return rm, rn, kb.binary("lt", rm, m_r), kb.binary("lt", rn, n_r)
+        pid_n, pid_m = self.kb.pid(0), self.kb.pid(1)
+        return tile_indices(self.kb, self.v.tile, pid_m, pid_n, m_r, n_r)
 
     def epilogue(self, acc: str, pc: str, pbias: str | None, rm: str, rn: str, mask_m: str,
                  mask_n: str) -> int:
