@@ -49,8 +49,6 @@ class ZelTracerLikeProfiler(ProfilerBase):
     def __init__(self, runtime: Any):
         super().__init__(runtime)
         self._views = Client(self.collector)
-        self._request: Callable[[], int] | None = None
-        self._complete: Callable[[list[Any], int], None] | None = None
         self._buffers: ActivityBuffers | None = None
         self._tracers: list[Tracer] = []
 
@@ -127,7 +125,6 @@ class ZelTracerLikeProfiler(ProfilerBase):
                            buffer_complete: Callable[[list[Any], int], None]) -> None:
         """ptiViewSetCallbacks; the first buffer is requested now and must hold a record."""
         self._buffers = self.buffers(buffer_request, buffer_complete, "ptiViewSetCallbacks")
-        self._request, self._complete = buffer_request, buffer_complete
         for kind in self._views.buffers:
             self._views.buffers[kind] = self._buffers
 
